@@ -1,0 +1,29 @@
+//! Compiles `proto/cairn/v1/*.proto` with protox (pure Rust, no system
+//! `protoc`) and writes the descriptor set that server reflection serves.
+
+use std::path::PathBuf;
+
+use prost::Message;
+
+const PROTOS: &[&str] = &[
+    "cairn/v1/session.proto",
+    "cairn/v1/plan.proto",
+    "cairn/v1/todo.proto",
+    "cairn/v1/watch.proto",
+];
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    println!("cargo:rerun-if-changed=proto");
+    let fds = protox::compile(PROTOS, ["proto"])?;
+
+    // `file_descriptor_set_path` is ignored by `compile_fds`, so reflection's
+    // descriptor set is written here from the same compiled set.
+    let out = PathBuf::from(std::env::var("OUT_DIR")?);
+    std::fs::write(out.join("cairn_descriptor.bin"), fds.encode_to_vec())?;
+
+    tonic_prost_build::configure()
+        .build_client(true)
+        .build_server(true)
+        .compile_fds(fds)?;
+    Ok(())
+}

@@ -1,0 +1,62 @@
+//! The gRPC surface: tonic services, proto <-> domain conversion, error
+//! mapping, and the server that ties them to a listener.
+//!
+//! Handlers are thin: each trait method opens a `tracing` span, calls an
+//! inner function that speaks domain types and returns [`crate::error::Result`],
+//! and converts the error once through [`status`].
+
+pub mod convert;
+pub mod plan;
+pub mod server;
+pub mod session;
+pub mod status;
+pub mod todo;
+pub mod watch;
+
+use std::sync::Arc;
+
+use crate::domain::Limits;
+use crate::store::Store;
+
+/// Rules the operator configures.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Policy {
+    /// Size and count limits.
+    pub limits: Limits,
+    /// Plans with fewer items are answered with the simple-task hint and not
+    /// stored; 0 stores every plan.
+    pub simple_task_threshold: usize,
+    /// Tools (`tool`) and tool actions (`tool:action`) blocked in plan mode.
+    pub blocked_tools: Vec<String>,
+}
+
+/// The tools seed 2 blocks while planning, in both spellings agents use.
+pub const DEFAULT_BLOCKED_TOOLS: &[&str] = &[
+    "write_file",
+    "cron:create",
+    "cron:delete",
+    "cron_create",
+    "cron_delete",
+];
+
+impl Default for Policy {
+    fn default() -> Self {
+        Policy {
+            limits: Limits::default(),
+            simple_task_threshold: 4,
+            blocked_tools: DEFAULT_BLOCKED_TOOLS
+                .iter()
+                .map(|s| (*s).to_owned())
+                .collect(),
+        }
+    }
+}
+
+/// What every service shares.
+#[derive(Debug, Clone)]
+pub struct State {
+    /// The store.
+    pub store: Store,
+    /// The operator's rules.
+    pub policy: Arc<Policy>,
+}

@@ -1,0 +1,132 @@
+//! The server: binds services, health and reflection to a listener.
+//!
+//! [`serve`] takes an already bound listener and a shutdown future, so tests
+//! run the real server in-process on `127.0.0.1:0` with no sleeps, and
+//! `main` only parses config and calls it.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio_stream::wrappers::TcpListenerStream;
+use tonic::transport::Server;
+
+use super::plan::PlanApi;
+use super::session::SessionApi;
+use super::todo::TodoApi;
+use super::watch::WatchApi;
+use super::{Policy, State};
+use crate::pb;
+use crate::store::{Store, StoreOptions};
+
+/// Everything `cairn serve` needs besides the listener.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// Where and how the store lives.
+    pub store: StoreOptions,
+    /// The operator's rules.
+    pub policy: Policy,
+}
+
+/// Errors that stop the server.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// The store could not be opened.
+    #[error("opening the store: {0}")]
+    Store(#[from] crate::error::Error),
+    /// The transport failed.
+    #[error("serving: {0}")]
+    Transport(#[from] tonic::transport::Error),
+    /// Reflection could not be built from the descriptor set.
+    #[error("reflection: {0}")]
+    Reflection(#[from] tonic_reflection::server::Error),
+}
+
+/// The names health reports per service.
+const SERVICES: &[&str] = &[
+    "cairn.v1.SessionService",
+    "cairn.v1.PlanService",
+    "cairn.v1.TodoService",
+    "cairn.v1.WatchService",
+];
+
+/// Serves on `listener` until `shutdown` completes, then lets in-flight
+/// requests finish and closes the store (every queued write is committed
+/// and answered first).
+pub async fn serve(
+    listener: TcpListener,
+    config: ServerConfig,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<(), ServeError> {
+    let opts = config.store.clone();
+    let store = tokio::task::spawn_blocking(move || Store::open(&opts))
+        .await
+        .map_err(|e| crate::error::Error::Storage(format!("open task: {e}")))??;
+    tracing::info!(
+        addr = ?listener.local_addr().ok(),
+        db = %store.path().display(),
+        revision = store.revision(),
+        "cairn serving"
+    );
+    let result = serve_store(listener, store.clone(), config.policy, shutdown).await;
+    store.close().await;
+    tracing::info!("cairn stopped");
+    result
+}
+
+/// Serves an already opened store (the caller closes it).
+pub async fn serve_store(
+    listener: TcpListener,
+    store: Store,
+    policy: Policy,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<(), ServeError> {
+    let state = State {
+        store,
+        policy: Arc::new(policy),
+    };
+
+    let (health, health_service) = tonic_health::server::health_reporter();
+    health
+        .set_service_status("", tonic_health::ServingStatus::Serving)
+        .await;
+    for name in SERVICES {
+        health
+            .set_service_status(*name, tonic_health::ServingStatus::Serving)
+            .await;
+    }
+
+    let reflection_v1 = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .build_v1()?;
+    let reflection_v1alpha = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .build_v1alpha()?;
+
+    Server::builder()
+        .accept_http1(true)
+        .http2_keepalive_interval(Some(Duration::from_secs(30)))
+        .http2_keepalive_timeout(Some(Duration::from_secs(10)))
+        .layer(tonic_web::GrpcWebLayer::new())
+        .add_service(health_service)
+        .add_service(reflection_v1)
+        .add_service(reflection_v1alpha)
+        .add_service(pb::session_service_server::SessionServiceServer::new(
+            SessionApi::new(state.clone()),
+        ))
+        .add_service(pb::plan_service_server::PlanServiceServer::new(
+            PlanApi::new(state.clone()),
+        ))
+        .add_service(pb::todo_service_server::TodoServiceServer::new(
+            TodoApi::new(state.clone()),
+        ))
+        .add_service(pb::watch_service_server::WatchServiceServer::new(
+            WatchApi::new(state),
+        ))
+        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
+        .await?;
+    Ok(())
+}

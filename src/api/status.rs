@@ -1,0 +1,144 @@
+//! [`Error`] to `tonic::Status`, once and exhaustively.
+//!
+//! Every status carries a `google.rpc.ErrorInfo` (domain `cairn.dev`, a stable
+//! UPPER_SNAKE reason, metadata a client can act on); bad input also carries
+//! a `google.rpc.BadRequest` naming the field.
+
+use std::collections::HashMap;
+
+use tonic::{Code, Status};
+use tonic_types::{ErrorDetails, StatusExt};
+
+use crate::error::Error;
+
+/// `ErrorInfo.domain` of every Cairn error.
+pub const ERROR_DOMAIN: &str = "cairn.dev";
+
+impl From<Error> for Status {
+    fn from(err: Error) -> Self {
+        let message = err.to_string();
+        let mut meta: HashMap<String, String> = HashMap::new();
+        let mut field: Option<(String, String)> = None;
+        let (code, reason) = match &err {
+            Error::InvalidField {
+                field: f,
+                description,
+            } => {
+                field = Some((f.clone(), description.clone()));
+                (Code::InvalidArgument, "INVALID_FIELD")
+            }
+            Error::MultipleStepsInProgress => {
+                field = Some(("plan".into(), message.clone()));
+                (Code::InvalidArgument, "MULTIPLE_IN_PROGRESS")
+            }
+            Error::MultipleTodosInProgress => {
+                field = Some(("todos".into(), message.clone()));
+                (Code::InvalidArgument, "MULTIPLE_IN_PROGRESS")
+            }
+            Error::LimitExceeded {
+                field: f,
+                limit,
+                actual,
+                ..
+            } => {
+                meta.insert("limit".into(), limit.to_string());
+                meta.insert("actual".into(), actual.to_string());
+                field = Some((f.clone(), message.clone()));
+                (Code::ResourceExhausted, "LIMIT_EXCEEDED")
+            }
+            Error::AlreadyInPlanMode => (Code::FailedPrecondition, "ALREADY_IN_PLAN_MODE"),
+            Error::PlanAwaitingApproval => (Code::FailedPrecondition, "PLAN_AWAITING_APPROVAL"),
+            Error::NotInPlanMode => (Code::FailedPrecondition, "NOT_IN_PLAN_MODE"),
+            Error::NoPendingPlan => (Code::FailedPrecondition, "NO_PENDING_PLAN"),
+            Error::NoActivePlan => (Code::FailedPrecondition, "NO_ACTIVE_PLAN"),
+            Error::StepNotFound(step) => {
+                meta.insert("step_id".into(), step.to_string());
+                (Code::NotFound, "STEP_NOT_FOUND")
+            }
+            Error::StepAlreadyCompleted(step) => {
+                meta.insert("step_id".into(), step.to_string());
+                (Code::FailedPrecondition, "STEP_ALREADY_COMPLETED")
+            }
+            Error::DependenciesIncomplete { step, missing } => {
+                meta.insert("step_id".into(), step.to_string());
+                meta.insert("missing".into(), join(missing));
+                (Code::FailedPrecondition, "DEPENDENCIES_INCOMPLETE")
+            }
+            Error::IncompleteStepsNeedDeviations { steps } => {
+                meta.insert("incomplete_steps".into(), join(steps));
+                (Code::FailedPrecondition, "DEVIATIONS_REQUIRED")
+            }
+            Error::ModificationNotFound(id) => {
+                meta.insert("modification_id".into(), id.to_string());
+                (Code::NotFound, "MODIFICATION_NOT_FOUND")
+            }
+            Error::SessionNotFound(id) => {
+                meta.insert("session_id".into(), id.clone());
+                (Code::NotFound, "SESSION_NOT_FOUND")
+            }
+            Error::ParentNotFound(id) => {
+                meta.insert("parent_session_id".into(), id.clone());
+                (Code::NotFound, "PARENT_NOT_FOUND")
+            }
+            Error::SessionExists(id) => {
+                meta.insert("session_id".into(), id.clone());
+                (Code::AlreadyExists, "SESSION_EXISTS")
+            }
+            Error::ParentCycle { session, parent } => {
+                meta.insert("session_id".into(), session.clone());
+                meta.insert("parent_session_id".into(), parent.clone());
+                field = Some(("parent_session_id".into(), message.clone()));
+                (Code::InvalidArgument, "PARENT_CYCLE")
+            }
+            Error::SessionHasChildren { session, children } => {
+                meta.insert("session_id".into(), session.clone());
+                meta.insert("children".into(), children.to_string());
+                (Code::FailedPrecondition, "SESSION_HAS_CHILDREN")
+            }
+            Error::RevisionMismatch { expected, actual } => {
+                meta.insert("expected_revision".into(), expected.to_string());
+                meta.insert("actual_revision".into(), actual.to_string());
+                (Code::Aborted, "REVISION_MISMATCH")
+            }
+            Error::ShuttingDown => (Code::Unavailable, "SHUTTING_DOWN"),
+            Error::Storage(_) => (Code::Internal, "STORAGE"),
+        };
+        let mut details = ErrorDetails::with_error_info(reason, ERROR_DOMAIN, meta);
+        if let Some((f, d)) = field {
+            details.add_bad_request_violation(f, d);
+        }
+        Status::with_error_details(code, message, details)
+    }
+}
+
+fn join(ids: &[u32]) -> String {
+    ids.iter().map(u32::to_string).collect::<Vec<_>>().join(",")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statuses_carry_code_reason_and_field() {
+        let s = Status::from(Error::MultipleStepsInProgress);
+        assert_eq!(s.code(), Code::InvalidArgument);
+        assert_eq!(s.message(), "At most one step can be in_progress at a time");
+        let info = s.get_details_error_info().unwrap();
+        assert_eq!(info.reason, "MULTIPLE_IN_PROGRESS");
+        assert_eq!(info.domain, "cairn.dev");
+
+        let s = Status::from(Error::invalid("plan[1].step", "must not be empty"));
+        let bad = s.get_details_bad_request().unwrap();
+        assert_eq!(bad.field_violations[0].field, "plan[1].step");
+
+        let s = Status::from(Error::RevisionMismatch {
+            expected: 3,
+            actual: 4,
+        });
+        assert_eq!(s.code(), Code::Aborted);
+        let info = s.get_details_error_info().unwrap();
+        assert_eq!(info.reason, "REVISION_MISMATCH");
+        assert_eq!(info.metadata["actual_revision"], "4");
+    }
+}

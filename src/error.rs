@@ -1,0 +1,200 @@
+//! The one error type of Cairn.
+//!
+//! Domain rules, the store and the API layer all return [`Error`]. Each
+//! variant is a decision a client can act on; `api::status` maps every variant
+//! to a gRPC code and a stable `google.rpc.ErrorInfo` reason in one exhaustive
+//! match, so a new variant does not compile until it has both. Messages that
+//! SPEC.md quotes are reproduced here byte for byte.
+
+use std::fmt::Write as _;
+
+/// Result with Cairn's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong, by what the caller should do about it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Error {
+    /// A field failed validation. `field` is the request path of the bad
+    /// value (`plan[2].step`) so clients can point at it.
+    #[error("{field}: {description}")]
+    InvalidField { field: String, description: String },
+
+    /// A checklist had more than one in-progress item (seed 1's exact text).
+    #[error("At most one step can be in_progress at a time")]
+    MultipleStepsInProgress,
+
+    /// A todo list had more than one in-progress item.
+    #[error("At most one todo can be in_progress at a time")]
+    MultipleTodosInProgress,
+
+    /// A size or count limit was exceeded.
+    #[error("{field}: {what} exceeds the limit of {limit} (got {actual})")]
+    LimitExceeded {
+        field: String,
+        what: &'static str,
+        limit: usize,
+        actual: usize,
+    },
+
+    /// `EnterPlanMode` while already planning.
+    #[error("Already in plan mode")]
+    AlreadyInPlanMode,
+
+    /// `EnterPlanMode` while a plan waits for approval.
+    #[error("A plan is awaiting approval. Approve or reject it before entering plan mode again.")]
+    PlanAwaitingApproval,
+
+    /// `ExitPlanMode` outside PLANNING.
+    #[error("Not in plan mode. Call plan_enter first.")]
+    NotInPlanMode,
+
+    /// Approve/reject without a pending plan.
+    #[error("No plan is awaiting approval")]
+    NoPendingPlan,
+
+    /// A step or plan operation without an approved plan.
+    #[error("No active plan. Submit a plan with plan_exit and get it approved first.")]
+    NoActivePlan,
+
+    /// A step id that the active plan does not have.
+    #[error("Step {0} not found in plan")]
+    StepNotFound(u32),
+
+    /// `CompleteStep` on a completed step, or `ModifyPlan` of one.
+    #[error("Step {0} already completed")]
+    StepAlreadyCompleted(u32),
+
+    /// `CompleteStep` before the step's dependencies.
+    #[error("Step {step} depends on incomplete steps: {}", join_ids(.missing))]
+    DependenciesIncomplete { step: u32, missing: Vec<u32> },
+
+    /// `CompletePlan` with incomplete steps and no deviations to explain them.
+    #[error(
+        "Steps {} are not completed; explain them in deviations to complete the plan",
+        join_ids(.steps)
+    )]
+    IncompleteStepsNeedDeviations { steps: Vec<u32> },
+
+    /// A modification id that is not pending.
+    #[error("Modification {0} not found")]
+    ModificationNotFound(u32),
+
+    /// An unknown session.
+    #[error("Session {0} not found")]
+    SessionNotFound(String),
+
+    /// A parent that does not exist.
+    #[error("Parent session {0} not found")]
+    ParentNotFound(String),
+
+    /// `CreateSession` with a taken id.
+    #[error("Session {0} already exists")]
+    SessionExists(String),
+
+    /// A move that would put a session under itself.
+    #[error("Session {session} cannot move under {parent}: that would make a cycle")]
+    ParentCycle { session: String, parent: String },
+
+    /// `DeleteSession` of a session with children, without `cascade`.
+    #[error("Session {session} has {children} child session(s); set cascade to delete them too")]
+    SessionHasChildren { session: String, children: usize },
+
+    /// `expected_revision` did not match the resource's revision.
+    #[error("expected revision {expected}, but the resource is at revision {actual}")]
+    RevisionMismatch { expected: u64, actual: u64 },
+
+    /// The server is shutting down and takes no more writes.
+    #[error("the server is shutting down")]
+    ShuttingDown,
+
+    /// The database failed; the mutation was not applied.
+    #[error("storage error: {0}")]
+    Storage(String),
+}
+
+impl Error {
+    /// Shorthand for [`Error::InvalidField`].
+    pub fn invalid(field: impl Into<String>, description: impl Into<String>) -> Self {
+        Error::InvalidField {
+            field: field.into(),
+            description: description.into(),
+        }
+    }
+
+    /// Whether retrying the same request may succeed without changing it.
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, Error::ShuttingDown | Error::Storage(_))
+    }
+}
+
+fn join_ids(ids: &[u32]) -> String {
+    let mut out = String::new();
+    for (i, id) in ids.iter().enumerate() {
+        if i > 0 {
+            out.push_str(", ");
+        }
+        let _ = write!(out, "{id}");
+    }
+    out
+}
+
+macro_rules! storage_from {
+    ($($t:ty),* $(,)?) => {$(
+        impl From<$t> for Error {
+            fn from(e: $t) -> Self {
+                Error::Storage(e.to_string())
+            }
+        }
+    )*};
+}
+
+storage_from!(
+    redb::Error,
+    redb::DatabaseError,
+    redb::TransactionError,
+    redb::TableError,
+    redb::StorageError,
+    redb::CommitError,
+);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exact_spec_texts() {
+        assert_eq!(
+            Error::MultipleStepsInProgress.to_string(),
+            "At most one step can be in_progress at a time"
+        );
+        assert_eq!(
+            Error::MultipleTodosInProgress.to_string(),
+            "At most one todo can be in_progress at a time"
+        );
+        assert_eq!(Error::AlreadyInPlanMode.to_string(), "Already in plan mode");
+        assert_eq!(
+            Error::PlanAwaitingApproval.to_string(),
+            "A plan is awaiting approval. Approve or reject it before entering plan mode again."
+        );
+        assert_eq!(
+            Error::NotInPlanMode.to_string(),
+            "Not in plan mode. Call plan_enter first."
+        );
+        assert_eq!(
+            Error::StepNotFound(7).to_string(),
+            "Step 7 not found in plan"
+        );
+        assert_eq!(
+            Error::StepAlreadyCompleted(2).to_string(),
+            "Step 2 already completed"
+        );
+        assert_eq!(
+            Error::DependenciesIncomplete {
+                step: 3,
+                missing: vec![1, 2]
+            }
+            .to_string(),
+            "Step 3 depends on incomplete steps: 1, 2"
+        );
+    }
+}

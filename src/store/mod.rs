@@ -1,0 +1,374 @@
+//! Durable state: redb tables, the revision log, and the single writer.
+//!
+//! ```text
+//!  RPC handlers ──write(op)──▶ bounded queue ──▶ writer thread
+//!                                                 │ drain up to `commit_batch` ops
+//!                                                 │ run each op in ONE write txn
+//!                                                 │ commit (Durability::Immediate)
+//!                                                 ├──▶ reply to each op
+//!                                                 └──▶ publish committed revisions
+//!  RPC handlers ──read(f)──▶ spawn_blocking ──▶ redb read txn (never blocks the writer)
+//! ```
+//!
+//! Every successful mutation gets its own revision (+1, store-wide) and one
+//! entry in the event log holding all of its events, written in the same
+//! transaction as the data, so the log and the state can never disagree.
+//! A mutation is answered only after the commit that contains it is on disk.
+//! Mutations validate before they write, so one that fails leaves no trace
+//! and never fails its neighbours in the batch.
+
+mod backend;
+pub mod ops;
+pub mod records;
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use redb::{Database, Durability, ReadableDatabase};
+use tokio::sync::{broadcast, mpsc, oneshot};
+
+pub use backend::{ReadView, WriteView};
+use backend::{RedbView, RedbWrite};
+use records::{Event, Revision};
+
+use crate::domain::Micros;
+use crate::error::{Error, Result};
+
+/// Name of the database file inside the data directory.
+pub const DB_FILE: &str = "cairn.redb";
+
+/// How the store is opened.
+#[derive(Debug, Clone)]
+pub struct StoreOptions {
+    /// Directory holding the database file; created if missing.
+    pub data_dir: PathBuf,
+    /// Most mutations committed together in one transaction (1 disables
+    /// group commit).
+    pub commit_batch: usize,
+    /// Mutations waiting for the writer before callers wait (backpressure).
+    pub queue_depth: usize,
+    /// Committed revisions buffered for live watchers.
+    pub broadcast_capacity: usize,
+}
+
+impl StoreOptions {
+    /// Defaults for a data directory.
+    pub fn new(data_dir: impl Into<PathBuf>) -> Self {
+        StoreOptions {
+            data_dir: data_dir.into(),
+            commit_batch: 256,
+            queue_depth: 4096,
+            broadcast_capacity: 4096,
+        }
+    }
+}
+
+/// What an op sees inside the writer's transaction.
+pub struct Ctx<'a> {
+    /// The transaction.
+    pub view: &'a mut dyn WriteView,
+    /// Server time of this batch; every timestamp an op writes comes from it.
+    pub now: Micros,
+    revision: u64,
+    staged: &'a mut Vec<Arc<Revision>>,
+}
+
+impl Ctx<'_> {
+    /// The revision the op's changes get when it calls [`Ctx::commit`].
+    pub fn next_revision(&self) -> u64 {
+        self.revision + 1
+    }
+
+    /// Ends a successful op: logs its events under the next revision and
+    /// returns that revision.
+    pub fn commit(&mut self, events: Vec<Event>) -> Result<u64> {
+        let rev = Arc::new(Revision {
+            revision: self.revision + 1,
+            time: self.now,
+            events,
+        });
+        self.view.append_revision(&rev)?;
+        self.revision = rev.revision;
+        self.staged.push(rev);
+        Ok(self.revision)
+    }
+}
+
+type Finisher = Box<dyn FnOnce(&Result<()>) + Send>;
+/// An op runs with the batch's transaction, or with `None` when the batch
+/// already failed (then it only produces its finisher).
+type Op = Box<dyn FnOnce(Option<&mut Ctx<'_>>) -> (Finisher, bool) + Send>;
+
+enum Job {
+    Apply(Op),
+    Shutdown,
+}
+
+struct Inner {
+    db: Arc<Database>,
+    jobs: mpsc::Sender<Job>,
+    writer: Mutex<Option<JoinHandle<()>>>,
+    committed: broadcast::Sender<Arc<Revision>>,
+    revision: Arc<AtomicU64>,
+    path: PathBuf,
+}
+
+/// A cheap, cloneable handle to the store.
+#[derive(Clone)]
+pub struct Store {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store")
+            .field("path", &self.inner.path)
+            .field("revision", &self.revision())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Store {
+    /// Opens the store (blocking: call before serving, or off the runtime).
+    pub fn open(opts: &StoreOptions) -> Result<Self> {
+        std::fs::create_dir_all(&opts.data_dir)
+            .map_err(|e| Error::Storage(format!("create {}: {e}", opts.data_dir.display())))?;
+        let path = opts.data_dir.join(DB_FILE);
+        let db = Arc::new(backend::open(&path)?);
+        let start = {
+            let txn = db.begin_read()?;
+            RedbView::Read(&txn).revision()?
+        };
+        let revision = Arc::new(AtomicU64::new(start));
+        let (jobs, rx) = mpsc::channel(opts.queue_depth.max(1));
+        let (committed, _) = broadcast::channel(opts.broadcast_capacity.max(1));
+        let writer = {
+            let db = Arc::clone(&db);
+            let committed = committed.clone();
+            let revision = Arc::clone(&revision);
+            let batch = opts.commit_batch.max(1);
+            std::thread::Builder::new()
+                .name("cairn-writer".into())
+                .spawn(move || writer_loop(&db, rx, batch, &committed, &revision))
+                .map_err(|e| Error::Storage(format!("spawn writer: {e}")))?
+        };
+        Ok(Store {
+            inner: Arc::new(Inner {
+                db,
+                jobs,
+                writer: Mutex::new(Some(writer)),
+                committed,
+                revision,
+                path,
+            }),
+        })
+    }
+
+    /// Path of the database file.
+    pub fn path(&self) -> &Path {
+        &self.inner.path
+    }
+
+    /// Last committed revision.
+    pub fn revision(&self) -> u64 {
+        self.inner.revision.load(Ordering::Acquire)
+    }
+
+    /// Live feed of committed revisions, in order. A receiver that lags
+    /// gets `Lagged` and must catch up from the log.
+    pub fn subscribe(&self) -> broadcast::Receiver<Arc<Revision>> {
+        self.inner.committed.subscribe()
+    }
+
+    /// Runs `op` in the writer's transaction and answers once the commit
+    /// holding it is durable. `op` must validate before it writes and call
+    /// [`Ctx::commit`] exactly once when it changed something.
+    pub async fn write<T, F>(&self, op: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Ctx<'_>) -> Result<T> + Send + 'static,
+    {
+        let (tx, rx) = oneshot::channel();
+        let job: Op = Box::new(move |ctx| {
+            let out = match ctx {
+                Some(ctx) => op(ctx),
+                None => Err(Error::Storage("the batch failed before this op ran".into())),
+            };
+            let storage_failed = matches!(out, Err(Error::Storage(_)));
+            let finish: Finisher = Box::new(move |commit: &Result<()>| {
+                let reply = match (commit, out) {
+                    (Ok(()), out) => out,
+                    (Err(e), _) => Err(e.clone()),
+                };
+                // The caller may have gone away; the mutation stands anyway.
+                let _ = tx.send(reply);
+            });
+            (finish, storage_failed)
+        });
+        self.inner
+            .jobs
+            .send(Job::Apply(job))
+            .await
+            .map_err(|_| Error::ShuttingDown)?;
+        rx.await.map_err(|_| Error::ShuttingDown)?
+    }
+
+    /// Runs `f` on a read snapshot, off the async worker threads.
+    pub async fn read<T, F>(&self, f: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&dyn ReadView) -> Result<T> + Send + 'static,
+    {
+        let db = Arc::clone(&self.inner.db);
+        tokio::task::spawn_blocking(move || {
+            let txn = db.begin_read()?;
+            f(&RedbView::Read(&txn))
+        })
+        .await
+        .map_err(|e| Error::Storage(format!("read task: {e}")))?
+    }
+
+    /// Finishes queued writes, stops the writer and waits for it. Later
+    /// writes fail with `ShuttingDown`. Idempotent.
+    pub async fn close(&self) {
+        let _ = self.inner.jobs.send(Job::Shutdown).await;
+        let handle = self
+            .inner
+            .writer
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        if let Some(handle) = handle {
+            let _ = tokio::task::spawn_blocking(move || handle.join()).await;
+        }
+    }
+}
+
+fn now_micros() -> Micros {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
+}
+
+fn writer_loop(
+    db: &Database,
+    mut rx: mpsc::Receiver<Job>,
+    batch_max: usize,
+    committed: &broadcast::Sender<Arc<Revision>>,
+    revision: &AtomicU64,
+) {
+    let mut last_now = 0;
+    let mut ops = Vec::with_capacity(batch_max);
+    loop {
+        let mut shutdown = false;
+        match rx.blocking_recv() {
+            Some(Job::Apply(op)) => ops.push(op),
+            Some(Job::Shutdown) | None => shutdown = true,
+        }
+        while !shutdown && ops.len() < batch_max {
+            match rx.try_recv() {
+                Ok(Job::Apply(op)) => ops.push(op),
+                Ok(Job::Shutdown) => shutdown = true,
+                Err(_) => break,
+            }
+        }
+        if !ops.is_empty() {
+            // Time never goes backwards in stored records, even if the clock does.
+            last_now = now_micros().max(last_now);
+            commit_batch(db, ops.drain(..), last_now, committed, revision);
+        }
+        if shutdown {
+            // Answer anything still queued instead of leaving callers hanging.
+            rx.close();
+            while let Ok(job) = rx.try_recv() {
+                if let Job::Apply(op) = job {
+                    ops.push(op);
+                }
+            }
+            if !ops.is_empty() {
+                last_now = now_micros().max(last_now);
+                commit_batch(db, ops.drain(..), last_now, committed, revision);
+            }
+            return;
+        }
+    }
+}
+
+fn commit_batch(
+    db: &Database,
+    ops: impl Iterator<Item = Op>,
+    now: Micros,
+    committed: &broadcast::Sender<Arc<Revision>>,
+    revision: &AtomicU64,
+) {
+    let start = revision.load(Ordering::Acquire);
+    let mut staged = Vec::new();
+    let mut finishers = Vec::new();
+    let mut failure: Option<Error> = None;
+    let mut end = start;
+
+    match db.begin_write() {
+        Ok(mut txn) => {
+            if let Err(e) = txn.set_durability(Durability::Immediate) {
+                failure = Some(Error::Storage(e.to_string()));
+            }
+            {
+                let mut w = RedbWrite { txn: &txn };
+                for op in ops {
+                    if failure.is_some() {
+                        // The transaction is already lost; do not run more ops in it.
+                        finishers.push(op(None).0);
+                        continue;
+                    }
+                    let mut ctx = Ctx {
+                        view: &mut w,
+                        now,
+                        revision: end,
+                        staged: &mut staged,
+                    };
+                    let (finish, storage_failed) = op(Some(&mut ctx));
+                    end = ctx.revision;
+                    finishers.push(finish);
+                    if storage_failed {
+                        failure = Some(Error::Storage("a write in this batch failed".into()));
+                    }
+                }
+            }
+            if failure.is_none() {
+                if staged.is_empty() {
+                    let _ = txn.abort();
+                } else if let Err(e) = txn.commit() {
+                    failure = Some(Error::Storage(format!("commit: {e}")));
+                }
+            } else {
+                let _ = txn.abort();
+            }
+        }
+        Err(e) => {
+            let err = Error::Storage(format!("begin write: {e}"));
+            finishers.extend(ops.map(|op| op(None).0));
+            failure = Some(err);
+        }
+    }
+
+    let outcome = match failure {
+        Some(e) => {
+            tracing::error!(error = %e, "write batch failed; no mutation of it was applied");
+            Err(e)
+        }
+        None => {
+            revision.store(end, Ordering::Release);
+            for rev in staged {
+                // No receivers is fine: nobody is watching.
+                let _ = committed.send(rev);
+            }
+            Ok(())
+        }
+    };
+    for finish in finishers {
+        finish(&outcome);
+    }
+}

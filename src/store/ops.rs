@@ -1,0 +1,310 @@
+//! Mutations and reads, written against [`ReadView`] / [`WriteView`].
+//!
+//! Each mutation loads what it needs, runs the pure rule on a copy, checks
+//! `expected_revision`, and only then writes and logs its events. So an error
+//! at any point before the writes leaves the transaction untouched.
+
+use crate::domain::plan_mode::HistoryEntry;
+use crate::domain::session::{self, Session};
+use crate::domain::todo::{self, TodoInput};
+use crate::domain::{Limits, SessionPlan, check_expected_revision};
+use crate::error::{Error, Result};
+
+use super::records::{Event, EventKind, PlanRecord, SessionPage, TodoRecord};
+use super::{Ctx, ReadView};
+
+/// Loads a session or fails with NOT_FOUND.
+pub fn require_session(view: &dyn ReadView, id: &str) -> Result<Session> {
+    view.session(id)?
+        .ok_or_else(|| Error::SessionNotFound(id.to_owned()))
+}
+
+/// A session's plan; an empty one if it never had one. NOT_FOUND for an
+/// unknown session.
+pub fn get_plan(view: &dyn ReadView, session_id: &str) -> Result<PlanRecord> {
+    require_session(view, session_id)?;
+    Ok(view.plan(session_id)?.unwrap_or_else(|| PlanRecord {
+        session_id: session_id.to_owned(),
+        ..PlanRecord::default()
+    }))
+}
+
+/// A plan without requiring the session (an unknown one reads as empty).
+pub fn plan_or_default(view: &dyn ReadView, session_id: &str) -> Result<PlanRecord> {
+    Ok(view.plan(session_id)?.unwrap_or_else(|| PlanRecord {
+        session_id: session_id.to_owned(),
+        ..PlanRecord::default()
+    }))
+}
+
+/// An agent's todo list; empty if never written.
+pub fn get_todos(view: &dyn ReadView, agent_id: &str) -> Result<TodoRecord> {
+    Ok(view.todos(agent_id)?.unwrap_or_else(|| TodoRecord {
+        agent_id: agent_id.to_owned(),
+        ..TodoRecord::default()
+    }))
+}
+
+/// A session and all its descendants, pre-order (the session first).
+pub fn subtree(view: &dyn ReadView, root: &str) -> Result<Vec<String>> {
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_owned()];
+    while let Some(id) = stack.pop() {
+        let mut kids = view.children(&id)?;
+        kids.reverse();
+        stack.extend(kids);
+        out.push(id);
+    }
+    Ok(out)
+}
+
+/// One page of sessions, optionally only one parent's children or one
+/// agent's sessions.
+pub fn list_sessions(
+    view: &dyn ReadView,
+    after: Option<&str>,
+    limit: usize,
+    parent: Option<&str>,
+    agent: Option<&str>,
+) -> Result<SessionPage> {
+    let mut page = SessionPage::default();
+    if let Some(parent) = parent {
+        let ids = view.children(parent)?;
+        for id in ids
+            .iter()
+            .filter(|id| after.is_none_or(|a| id.as_str() > a))
+        {
+            if page.sessions.len() == limit {
+                page.next_after = page.sessions.last().map(|s| s.session_id.clone());
+                break;
+            }
+            if let Some(s) = view.session(id)?
+                && agent.is_none_or(|a| s.agent_id == a)
+            {
+                page.sessions.push(s);
+            }
+        }
+        return Ok(page);
+    }
+    let mut cursor = after.map(str::to_owned);
+    loop {
+        let chunk = view.sessions_after(cursor.as_deref(), limit.max(1))?;
+        let exhausted = chunk.next_after.is_none();
+        for s in chunk.sessions {
+            cursor = Some(s.session_id.clone());
+            if agent.is_some_and(|a| s.agent_id != a) {
+                continue;
+            }
+            if page.sessions.len() == limit {
+                page.next_after = page.sessions.last().map(|s| s.session_id.clone());
+                return Ok(page);
+            }
+            page.sessions.push(s);
+        }
+        if exhausted {
+            return Ok(page);
+        }
+    }
+}
+
+/// `CreateSession`.
+pub fn create_session(
+    ctx: &mut Ctx<'_>,
+    mut s: Session,
+    limits: &Limits,
+) -> Result<(Session, u64)> {
+    session::validate(&s, limits)?;
+    if ctx.view.session(&s.session_id)?.is_some() {
+        return Err(Error::SessionExists(s.session_id));
+    }
+    if let Some(parent) = &s.parent_session_id
+        && ctx.view.session(parent)?.is_none()
+    {
+        return Err(Error::ParentNotFound(parent.clone()));
+    }
+    s.create_time = ctx.now;
+    s.update_time = ctx.now;
+    s.revision = ctx.next_revision();
+    ctx.view.put_session(&s)?;
+    if let Some(parent) = &s.parent_session_id {
+        ctx.view.put_child(parent, &s.session_id)?;
+    }
+    let rev = ctx.commit(vec![Event::session(EventKind::SessionCreated, &s)])?;
+    Ok((s, rev))
+}
+
+/// Requested changes to a session; `None` keeps a field.
+#[derive(Debug, Clone, Default)]
+pub struct SessionPatch {
+    pub title: Option<String>,
+    pub agent_id: Option<String>,
+    /// `Some(None)` makes the session a root.
+    pub parent_session_id: Option<Option<String>>,
+    pub labels: Option<std::collections::BTreeMap<String, String>>,
+    pub expected_revision: Option<u64>,
+}
+
+/// `UpdateSession`, including moves within the tree.
+pub fn update_session(
+    ctx: &mut Ctx<'_>,
+    id: &str,
+    patch: SessionPatch,
+    limits: &Limits,
+) -> Result<(Session, u64)> {
+    let old = require_session(ctx.view, id)?;
+    check_expected_revision(patch.expected_revision, old.revision)?;
+    let mut s = old.clone();
+    if let Some(t) = patch.title {
+        s.title = t;
+    }
+    if let Some(a) = patch.agent_id {
+        s.agent_id = a;
+    }
+    if let Some(l) = patch.labels {
+        s.labels = l;
+    }
+    if let Some(p) = patch.parent_session_id {
+        s.parent_session_id = p.filter(|p| !p.is_empty());
+    }
+    session::validate(&s, limits)?;
+    if s.parent_session_id != old.parent_session_id
+        && let Some(parent) = &s.parent_session_id
+    {
+        // Walk up from the new parent: meeting `id` means a cycle.
+        let mut cursor = Some(parent.clone());
+        while let Some(c) = cursor {
+            if c == id {
+                return Err(Error::ParentCycle {
+                    session: id.to_owned(),
+                    parent: parent.clone(),
+                });
+            }
+            cursor = match ctx.view.session(&c)? {
+                Some(p) => p.parent_session_id,
+                None if c == *parent => return Err(Error::ParentNotFound(parent.clone())),
+                None => None,
+            };
+        }
+    }
+    if s == old {
+        return Ok((old, ctx.next_revision() - 1));
+    }
+    s.update_time = ctx.now;
+    s.revision = ctx.next_revision();
+    if s.parent_session_id != old.parent_session_id {
+        if let Some(p) = &old.parent_session_id {
+            ctx.view.delete_child(p, id)?;
+        }
+        if let Some(p) = &s.parent_session_id {
+            ctx.view.put_child(p, id)?;
+        }
+    }
+    ctx.view.put_session(&s)?;
+    let rev = ctx.commit(vec![Event::session(EventKind::SessionUpdated, &s)])?;
+    Ok((s, rev))
+}
+
+/// `DeleteSession`: the session (and with `cascade`, its subtree) with plans
+/// and history, in one revision. Returns the deleted ids, requested first.
+pub fn delete_session(
+    ctx: &mut Ctx<'_>,
+    id: &str,
+    cascade: bool,
+    expected: Option<u64>,
+) -> Result<(Vec<String>, u64)> {
+    let root = require_session(ctx.view, id)?;
+    check_expected_revision(expected, root.revision)?;
+    let kids = ctx.view.children(id)?;
+    if !kids.is_empty() && !cascade {
+        return Err(Error::SessionHasChildren {
+            session: id.to_owned(),
+            children: kids.len(),
+        });
+    }
+    let ids = subtree(ctx.view, id)?;
+    let mut events = Vec::with_capacity(ids.len());
+    for sid in &ids {
+        let Some(s) = ctx.view.session(sid)? else {
+            continue;
+        };
+        ctx.view.delete_session(sid)?;
+        ctx.view.delete_plan(sid)?;
+        ctx.view.delete_history(sid)?;
+        if let Some(p) = &s.parent_session_id {
+            ctx.view.delete_child(p, sid)?;
+        }
+        events.push(Event::session(EventKind::SessionDeleted, &s));
+    }
+    let rev = ctx.commit(events)?;
+    Ok((ids, rev))
+}
+
+/// Applies `change` to a session's plan: loads it (creating an unknown
+/// session as a root when `create` is set), checks `expected_revision`, runs
+/// the pure rule on a copy, then stores the plan, any history entries and
+/// the events. `change` returns its own output plus history entries to add.
+pub fn mutate_plan<R>(
+    ctx: &mut Ctx<'_>,
+    session_id: &str,
+    expected: Option<u64>,
+    create: bool,
+    limits: &Limits,
+    change: impl FnOnce(&mut SessionPlan, crate::domain::Micros) -> Result<(R, Vec<HistoryEntry>)>,
+) -> Result<(R, PlanRecord, u64)> {
+    limits.check_resource_id("session_id", session_id)?;
+    let (session, created) = match ctx.view.session(session_id)? {
+        Some(s) => (s, false),
+        None if create => (
+            Session {
+                session_id: session_id.to_owned(),
+                create_time: ctx.now,
+                update_time: ctx.now,
+                revision: ctx.next_revision(),
+                ..Session::default()
+            },
+            true,
+        ),
+        None => return Err(Error::SessionNotFound(session_id.to_owned())),
+    };
+    let mut record = plan_or_default(ctx.view, session_id)?;
+    check_expected_revision(expected, record.revision)?;
+    let mut plan = record.plan.clone();
+    let (out, history) = change(&mut plan, ctx.now)?;
+
+    let mut events = Vec::with_capacity(2);
+    if created {
+        ctx.view.put_session(&session)?;
+        events.push(Event::session(EventKind::SessionCreated, &session));
+    }
+    for entry in &history {
+        ctx.view
+            .put_history(session_id, record.history_len, entry)?;
+        record.history_len += 1;
+    }
+    record.plan = plan;
+    record.revision = ctx.next_revision();
+    record.update_time = ctx.now;
+    ctx.view.put_plan(&record)?;
+    events.push(Event::plan(&session, &record));
+    let rev = ctx.commit(events)?;
+    Ok((out, record, rev))
+}
+
+/// `WriteTodos`: validate and merge, then store.
+pub fn write_todos(
+    ctx: &mut Ctx<'_>,
+    agent_id: &str,
+    items: Vec<TodoInput>,
+    expected: Option<u64>,
+    limits: &Limits,
+) -> Result<(TodoRecord, u64)> {
+    limits.check_resource_id("agent_id", agent_id)?;
+    let mut record = get_todos(ctx.view, agent_id)?;
+    check_expected_revision(expected, record.revision)?;
+    record.items = todo::write(&record.items, items, ctx.now, limits)?;
+    record.revision = ctx.next_revision();
+    record.update_time = ctx.now;
+    ctx.view.put_todos(&record)?;
+    let rev = ctx.commit(vec![Event::todos(&record)])?;
+    Ok((record, rev))
+}
