@@ -264,7 +264,13 @@ pub fn mutate_plan<R>(
             },
             true,
         ),
-        None => return Err(Error::SessionNotFound(session_id.to_owned())),
+        None => {
+            // An unknown session is a session in NORMAL mode with no plan:
+            // answer with the rule's own error (e.g. "Not in plan mode"),
+            // which is what an agent can act on, and create nothing.
+            change(&mut SessionPlan::default(), ctx.now)?;
+            return Err(Error::SessionNotFound(session_id.to_owned()));
+        }
     };
     let mut record = plan_or_default(ctx.view, session_id)?;
     check_expected_revision(expected, record.revision)?;
