@@ -407,7 +407,7 @@ pub fn event(revision: u64, e: Event) -> pb::Event {
         .into(),
         object: Some(match e.object {
             EventObject::Session(s) => pb::event::Object::Session(s.into()),
-            EventObject::Plan(p) => pb::event::Object::Plan(plan(p)),
+            EventObject::Plan(p) => pb::event::Object::Plan(plan(*p)),
             EventObject::Todos(t) => pb::event::Object::Todos(todo_list(t)),
         }),
         session_id: e.session_id,

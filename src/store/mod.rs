@@ -354,19 +354,16 @@ fn commit_batch(
         }
     }
 
-    let outcome = match failure {
-        Some(e) => {
-            tracing::error!(error = %e, "write batch failed; no mutation of it was applied");
-            Err(e)
+    let outcome = if let Some(e) = failure {
+        tracing::error!(error = %e, "write batch failed; no mutation of it was applied");
+        Err(e)
+    } else {
+        revision.store(end, Ordering::Release);
+        for rev in staged {
+            // No receivers is fine: nobody is watching.
+            let _ = committed.send(rev);
         }
-        None => {
-            revision.store(end, Ordering::Release);
-            for rev in staged {
-                // No receivers is fine: nobody is watching.
-                let _ = committed.send(rev);
-            }
-            Ok(())
-        }
+        Ok(())
     };
     for finish in finishers {
         finish(&outcome);

@@ -54,7 +54,8 @@ pub enum EventKind {
 #[serde(rename_all = "snake_case")]
 pub enum EventObject {
     Session(Session),
-    Plan(PlanRecord),
+    /// Boxed: a plan is much larger than the other objects.
+    Plan(Box<PlanRecord>),
     Todos(TodoRecord),
 }
 
@@ -94,7 +95,7 @@ impl Event {
             session_id: session.session_id.clone(),
             parent_session_id: session.parent_session_id.clone().unwrap_or_default(),
             agent_id: session.agent_id.clone(),
-            object: EventObject::Plan(plan.clone()),
+            object: EventObject::Plan(Box::new(plan.clone())),
         }
     }
 

@@ -2,6 +2,10 @@
 //! temp dir, and the generated gRPC clients. One test binary keeps link time
 //! down; each module covers one surface.
 
+// Test code: a failed unwrap is a failed test, and a workflow test reads
+// best as one long story.
+#![allow(clippy::unwrap_used, clippy::too_many_lines)]
+
 mod common;
 mod plan_mode;
 mod plans;
