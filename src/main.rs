@@ -1,5 +1,6 @@
 //! The `cairn` binary: parse config, set up tracing, run.
 
+use std::io::IsTerminal;
 use std::process::ExitCode;
 
 use cairn::config::{Cli, Command, LogFormat};
