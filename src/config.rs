@@ -3,6 +3,7 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
@@ -10,6 +11,7 @@ use crate::api::server::ServerConfig;
 use crate::api::{DEFAULT_BLOCKED_TOOLS, Policy};
 use crate::domain::Limits;
 use crate::store::StoreOptions;
+use crate::store::compactor::Retention;
 
 /// Cairn: durable, observable plans and todo lists for LLM agents.
 #[derive(Debug, Parser)]
@@ -78,6 +80,37 @@ pub struct ServeArgs {
     /// Mutations queued for the writer before callers wait.
     #[arg(long, env = "CAIRN_COMMIT_QUEUE", default_value_t = 4096)]
     pub commit_queue: usize,
+    /// Heartbeat interval of idle watch streams that ask for none (e.g. `10s`, `500ms`).
+    #[arg(long, env = "CAIRN_PROGRESS_INTERVAL", default_value = "10s", value_parser = parse_duration)]
+    pub progress_interval: Duration,
+    /// Most revisions the event log keeps for replay.
+    #[arg(long, env = "CAIRN_RETENTION_REVISIONS", default_value_t = Retention::default().revisions)]
+    pub retention_revisions: u64,
+    /// Oldest revision the event log keeps for replay (e.g. `24h`).
+    #[arg(long, env = "CAIRN_RETENTION_AGE", default_value = "24h", value_parser = parse_duration)]
+    pub retention_age: Duration,
+    /// How often the log is compacted (e.g. `60s`).
+    #[arg(long, env = "CAIRN_COMPACTION_INTERVAL", default_value = "60s", value_parser = parse_duration)]
+    pub compaction_interval: Duration,
+}
+
+/// Parses `250ms`, `10s`, `5m`, `24h` or `2d` (a bare number is seconds).
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let n: u64 = number
+        .parse()
+        .map_err(|_| format!("{text:?} is not a duration like 500ms, 10s, 5m, 24h"))?;
+    let secs = |k: u64| Duration::from_secs(n.saturating_mul(k));
+    match unit {
+        "ms" => Ok(Duration::from_millis(n)),
+        "" | "s" => Ok(secs(1)),
+        "m" => Ok(secs(60)),
+        "h" => Ok(secs(3600)),
+        "d" => Ok(secs(86_400)),
+        other => Err(format!("unknown duration unit {other:?}: use ms, s, m, h or d")),
+    }
 }
 
 impl ServeArgs {
@@ -88,6 +121,13 @@ impl ServeArgs {
         store.queue_depth = self.commit_queue.max(1);
         ServerConfig {
             store,
+            progress_interval: self.progress_interval,
+            retention: Retention {
+                revisions: self.retention_revisions,
+                age: self.retention_age,
+                interval: self.compaction_interval,
+                ..Retention::default()
+            },
             policy: Policy {
                 limits: Limits {
                     max_plan_steps: self.max_plan_steps,
@@ -120,6 +160,17 @@ mod tests {
         let cfg = args.server_config();
         assert_eq!(cfg.policy, Policy::default());
         assert_eq!(cfg.store.commit_batch, 256);
+        assert_eq!(cfg.progress_interval, Duration::from_secs(10));
+        assert_eq!(cfg.retention, Retention::default());
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("10"), Ok(Duration::from_secs(10)));
+        assert_eq!(parse_duration("24h"), Ok(Duration::from_secs(86_400)));
+        assert!(parse_duration("5 parsecs").is_err());
+        assert!(parse_duration("").is_err());
     }
 
     #[test]

@@ -103,6 +103,20 @@ pub enum Error {
     #[error("expected revision {expected}, but the resource is at revision {actual}")]
     RevisionMismatch { expected: u64, actual: u64 },
 
+    /// A watch asked for revisions the event log no longer holds.
+    #[error(
+        "revision {requested} has been compacted (the log starts after revision {compact_revision}, now at {current_revision}); read the current state and watch from there"
+    )]
+    RevisionCompacted {
+        requested: u64,
+        compact_revision: u64,
+        current_revision: u64,
+    },
+
+    /// A request combines options that exclude each other.
+    #[error("{0}")]
+    Conflicting(String),
+
     /// The server is shutting down and takes no more writes.
     #[error("the server is shutting down")]
     ShuttingDown,

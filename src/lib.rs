@@ -8,6 +8,8 @@
 //! - [`store`]: redb tables, the revision-keyed event log, and the single
 //!   writer thread that group-commits mutations and acknowledges them only
 //!   once they are durable.
+//! - [`watch`]: fan-out of committed revisions to watch streams, catch-up
+//!   from the log for watchers that fall behind, and `Wait`.
 //! - [`domain`]: the rules as pure functions over plain structs: the
 //!   `update_plan` checklist, the plan-mode state machine, the todo merge.
 //! - [`config`]: the `cairn` command line, every flag with a `CAIRN_*` env var.
@@ -18,6 +20,7 @@ pub mod config;
 pub mod domain;
 pub mod error;
 pub mod store;
+pub mod watch;
 
 /// Generated `cairn.v1` messages, clients and servers.
 #[allow(clippy::pedantic, clippy::all, missing_docs)]

@@ -413,6 +413,8 @@ pub fn event(revision: u64, e: Event) -> pb::Event {
         session_id: e.session_id,
         parent_session_id: e.parent_session_id,
         agent_id: e.agent_id,
+        ancestor_session_ids: e.ancestors,
+        previous_parent_session_id: e.previous_parent_session_id,
     }
 }
 

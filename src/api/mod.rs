@@ -59,4 +59,6 @@ pub struct State {
     pub store: Store,
     /// The operator's rules.
     pub policy: Arc<Policy>,
+    /// Heartbeat interval of watch streams that ask for none.
+    pub progress_interval: std::time::Duration,
 }

@@ -18,6 +18,7 @@ use super::todo::TodoApi;
 use super::watch::WatchApi;
 use super::{Policy, State};
 use crate::pb;
+use crate::store::compactor::{self, Retention};
 use crate::store::{Store, StoreOptions};
 
 /// Everything `cairn serve` needs besides the listener.
@@ -27,6 +28,22 @@ pub struct ServerConfig {
     pub store: StoreOptions,
     /// The operator's rules.
     pub policy: Policy,
+    /// Heartbeat of idle watch streams that ask for no interval.
+    pub progress_interval: Duration,
+    /// How much of the event log watchers can replay.
+    pub retention: Retention,
+}
+
+impl ServerConfig {
+    /// Defaults around a data directory.
+    pub fn new(data_dir: impl Into<std::path::PathBuf>) -> Self {
+        ServerConfig {
+            store: StoreOptions::new(data_dir),
+            policy: Policy::default(),
+            progress_interval: Duration::from_secs(10),
+            retention: Retention::default(),
+        }
+    }
 }
 
 /// Errors that stop the server.
@@ -69,7 +86,9 @@ pub async fn serve(
         revision = store.revision(),
         "cairn serving"
     );
-    let result = serve_store(listener, store.clone(), config.policy, shutdown).await;
+    let compaction = tokio::spawn(compactor::run(store.clone(), config.retention));
+    let result = serve_store(listener, store.clone(), &config, shutdown).await;
+    compaction.abort();
     store.close().await;
     tracing::info!("cairn stopped");
     result
@@ -79,12 +98,13 @@ pub async fn serve(
 pub async fn serve_store(
     listener: TcpListener,
     store: Store,
-    policy: Policy,
+    config: &ServerConfig,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), ServeError> {
     let state = State {
         store,
-        policy: Arc::new(policy),
+        policy: Arc::new(config.policy.clone()),
+        progress_interval: config.progress_interval,
     };
 
     let (health, health_service) = tonic_health::server::health_reporter();

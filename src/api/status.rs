@@ -100,6 +100,17 @@ impl From<Error> for Status {
                 meta.insert("actual_revision".into(), actual.to_string());
                 (Code::Aborted, "REVISION_MISMATCH")
             }
+            Error::RevisionCompacted {
+                requested,
+                compact_revision,
+                current_revision,
+            } => {
+                meta.insert("requested_revision".into(), requested.to_string());
+                meta.insert("compact_revision".into(), compact_revision.to_string());
+                meta.insert("current_revision".into(), current_revision.to_string());
+                (Code::FailedPrecondition, "REVISION_COMPACTED")
+            }
+            Error::Conflicting(_) => (Code::InvalidArgument, "CONFLICTING_OPTIONS"),
             Error::ShuttingDown => (Code::Unavailable, "SHUTTING_DOWN"),
             Error::Storage(_) => (Code::Internal, "STORAGE"),
         };

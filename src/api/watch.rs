@@ -1,21 +1,26 @@
-//! `cairn.v1.WatchService`: declared in API v1; the streaming implementation
-//! (etcd-grade watch over session trees, and `Wait`) is the next milestone.
-//! Until then both RPCs answer UNIMPLEMENTED so clients can feature-detect.
+//! `cairn.v1.WatchService`: the watch stream and `Wait`, over [`crate::watch`].
 
 use std::pin::Pin;
+use std::time::Duration;
 
-use tokio_stream::Stream;
+use tokio_stream::{Stream, StreamExt};
 use tonic::{Request, Response, Status};
 use tracing::instrument;
 
-use super::State;
+use super::{State, convert};
+use crate::error::{Error, Result};
 use crate::pb;
 use crate::pb::watch_service_server::WatchService;
+use crate::watch::{self, Condition, Item, Start, Target, WaitTarget};
+
+/// Longest `Wait` a client may ask for.
+const MAX_WAIT: Duration = Duration::from_secs(24 * 60 * 60);
+/// `Wait` timeout when the request sets none.
+const DEFAULT_WAIT: Duration = Duration::from_secs(60);
 
 /// The watch service.
 #[derive(Clone, Debug)]
 pub struct WatchApi {
-    #[allow(dead_code)]
     state: State,
 }
 
@@ -23,6 +28,116 @@ impl WatchApi {
     /// A service over shared state.
     pub fn new(state: State) -> Self {
         WatchApi { state }
+    }
+
+    async fn watch_inner(&self, req: pb::WatchRequest) -> Result<WatchStream> {
+        let pb::WatchRequest {
+            target,
+            start_revision,
+            send_initial_state,
+            progress_interval,
+        } = req;
+        let limits = &self.state.policy.limits;
+        let target = match target {
+            Some(pb::watch_request::Target::SessionId(id)) => {
+                limits.check_resource_id("session_id", &id)?;
+                Target::Session(id)
+            }
+            Some(pb::watch_request::Target::SessionTree(id)) => {
+                limits.check_resource_id("session_tree", &id)?;
+                Target::Tree(id)
+            }
+            Some(pb::watch_request::Target::AgentId(id)) => {
+                limits.check_resource_id("agent_id", &id)?;
+                Target::Agent(id)
+            }
+            Some(pb::watch_request::Target::All(true)) => Target::All,
+            Some(pb::watch_request::Target::All(false)) | None => {
+                return Err(Error::invalid(
+                    "target",
+                    "set one of session_id, session_tree, agent_id or all",
+                ));
+            }
+        };
+        let start = match (start_revision, send_initial_state) {
+            (Some(_), true) => {
+                return Err(Error::Conflicting(
+                    "start_revision and send_initial_state exclude each other: replay from a revision, or start from the current state".into(),
+                ));
+            }
+            (Some(r), false) => Start::From(r),
+            (None, true) => Start::Snapshot,
+            (None, false) => Start::Now,
+        };
+        let interval = match progress_interval {
+            Some(d) => duration("progress_interval", d)?,
+            None => self.state.progress_interval,
+        };
+        watch::check_start(&self.state.store, start).await?;
+        let stream = watch::watch(self.state.store.clone(), target, start, interval).map(|item| match item {
+            Ok(item) => Ok(response(item)),
+            Err(e) => Err(Status::from(e)),
+        });
+        Ok(Box::pin(stream))
+    }
+
+    async fn wait_inner(&self, req: pb::WaitRequest) -> Result<pb::WaitResponse> {
+        let pb::WaitRequest {
+            target,
+            condition,
+            timeout,
+        } = req;
+        let limits = &self.state.policy.limits;
+        let target = match target {
+            Some(pb::wait_request::Target::SessionTree(id)) => {
+                limits.check_resource_id("session_tree", &id)?;
+                WaitTarget::Tree(id)
+            }
+            Some(pb::wait_request::Target::SessionIds(pb::SessionIds { session_ids })) if !session_ids.is_empty() => {
+                crate::domain::Limits::check_count(
+                    "session_ids",
+                    "number of sessions",
+                    limits.max_plan_steps,
+                    session_ids.len(),
+                )?;
+                for (i, id) in session_ids.iter().enumerate() {
+                    limits.check_resource_id(&format!("session_ids[{i}]"), id)?;
+                }
+                WaitTarget::Sessions(session_ids)
+            }
+            Some(pb::wait_request::Target::SessionIds(_)) | None => {
+                return Err(Error::invalid("target", "set session_tree or a non-empty session_ids"));
+            }
+        };
+        let condition = match pb::WaitCondition::try_from(condition) {
+            Ok(pb::WaitCondition::Unspecified | pb::WaitCondition::AllPlansCompleted) => Condition::AllPlansCompleted,
+            Ok(pb::WaitCondition::AnyChange) => Condition::AnyChange,
+            Err(_) => return Err(Error::invalid("condition", "unknown condition")),
+        };
+        let timeout = match timeout {
+            Some(d) => duration("timeout", d)?.min(MAX_WAIT),
+            None => DEFAULT_WAIT,
+        };
+        let outcome = watch::wait(&self.state.store, target, condition, timeout).await?;
+        Ok(pb::WaitResponse {
+            satisfied: outcome.satisfied,
+            revision: outcome.revision,
+            plans: outcome.plans.into_iter().map(convert::plan).collect(),
+        })
+    }
+}
+
+fn duration(field: &str, d: prost_types::Duration) -> Result<Duration> {
+    Duration::try_from(d).map_err(|_| Error::invalid(field, "must be a non-negative duration"))
+}
+
+fn response(item: Item) -> pb::WatchResponse {
+    pb::WatchResponse {
+        kind: Some(match item {
+            Item::Event(revision, e) => pb::watch_response::Kind::Event(convert::event(revision, e)),
+            Item::Synced(revision) => pb::watch_response::Kind::Synced(pb::Synced { revision }),
+            Item::Progress(revision) => pb::watch_response::Kind::Progress(pb::Progress { revision }),
+        }),
     }
 }
 
@@ -33,19 +148,13 @@ pub type WatchStream = Pin<Box<dyn Stream<Item = Result<pb::WatchResponse, Statu
 impl WatchService for WatchApi {
     type WatchStream = WatchStream;
 
-    #[instrument(skip_all, err)]
-    async fn watch(
-        &self,
-        _request: Request<pb::WatchRequest>,
-    ) -> Result<Response<Self::WatchStream>, Status> {
-        Err(Status::unimplemented("Watch is not implemented yet"))
+    #[instrument(skip_all, fields(target = ?request.get_ref().target, start = ?request.get_ref().start_revision), err)]
+    async fn watch(&self, request: Request<pb::WatchRequest>) -> Result<Response<Self::WatchStream>, Status> {
+        Ok(Response::new(self.watch_inner(request.into_inner()).await?))
     }
 
-    #[instrument(skip_all, err)]
-    async fn wait(
-        &self,
-        _request: Request<pb::WaitRequest>,
-    ) -> Result<Response<pb::WaitResponse>, Status> {
-        Err(Status::unimplemented("Wait is not implemented yet"))
+    #[instrument(skip_all, fields(target = ?request.get_ref().target), err)]
+    async fn wait(&self, request: Request<pb::WaitRequest>) -> Result<Response<pb::WaitResponse>, Status> {
+        Ok(Response::new(self.wait_inner(request.into_inner()).await?))
     }
 }

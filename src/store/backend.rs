@@ -44,6 +44,8 @@ pub trait ReadView {
     fn plan(&self, session_id: &str) -> Result<Option<PlanRecord>>;
     fn history(&self, session_id: &str) -> Result<Vec<HistoryEntry>>;
     fn todos(&self, agent_id: &str) -> Result<Option<TodoRecord>>;
+    /// Every agent's todo list, by agent id.
+    fn all_todos(&self) -> Result<Vec<TodoRecord>>;
     /// Logged revisions from `from` (inclusive), at most `limit`.
     fn revisions_from(&self, from: u64, limit: usize) -> Result<Vec<Revision>>;
 }
@@ -61,6 +63,8 @@ pub trait WriteView: ReadView {
     fn put_todos(&mut self, t: &TodoRecord) -> Result<()>;
     /// Appends a revision to the log and makes it the current revision.
     fn append_revision(&mut self, r: &Revision) -> Result<()>;
+    /// Drops logged revisions up to `upto` and records the compact revision.
+    fn compact_log(&mut self, upto: u64) -> Result<()>;
 }
 
 pub(crate) fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>> {
@@ -198,6 +202,17 @@ impl ReadView for RedbView<'_> {
         with_table!(self, TODOS, |t| get_record(&t, agent_id))
     }
 
+    fn all_todos(&self) -> Result<Vec<TodoRecord>> {
+        with_table!(self, TODOS, |t| {
+            let mut out = Vec::new();
+            for entry in t.range::<&str>(..)? {
+                let (_, v) = entry?;
+                out.push(decode(v.value())?);
+            }
+            Ok(out)
+        })
+    }
+
     fn revisions_from(&self, from: u64, limit: usize) -> Result<Vec<Revision>> {
         with_table!(self, EVENTS, |t| {
             let mut out = Vec::new();
@@ -245,6 +260,9 @@ impl ReadView for RedbWrite<'_> {
     }
     fn todos(&self, agent_id: &str) -> Result<Option<TodoRecord>> {
         self.view().todos(agent_id)
+    }
+    fn all_todos(&self) -> Result<Vec<TodoRecord>> {
+        self.view().all_todos()
     }
     fn revisions_from(&self, from: u64, limit: usize) -> Result<Vec<Revision>> {
         self.view().revisions_from(from, limit)
@@ -314,6 +332,17 @@ impl WriteView for RedbWrite<'_> {
         self.txn
             .open_table(META)?
             .insert(REVISION_KEY, r.revision)?;
+        Ok(())
+    }
+
+    fn compact_log(&mut self, upto: u64) -> Result<()> {
+        if upto <= self.compact_revision()? {
+            return Ok(());
+        }
+        self.txn
+            .open_table(EVENTS)?
+            .retain_in(..=upto, |_, _| false)?;
+        self.txn.open_table(META)?.insert(COMPACT_KEY, upto)?;
         Ok(())
     }
 }

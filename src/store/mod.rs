@@ -18,6 +18,7 @@
 //! and never fails its neighbours in the batch.
 
 mod backend;
+pub mod compactor;
 pub mod ops;
 pub mod records;
 
@@ -74,6 +75,9 @@ pub struct Ctx<'a> {
     pub now: Micros,
     revision: u64,
     staged: &'a mut Vec<Arc<Revision>>,
+    /// Set by maintenance ops that write without a revision (compaction),
+    /// so the batch is committed even if no mutation in it logged one.
+    maintenance: bool,
 }
 
 impl Ctx<'_> {
@@ -84,6 +88,14 @@ impl Ctx<'_> {
 
     /// Ends a successful op: logs its events under the next revision and
     /// returns that revision.
+    /// Removes logged revisions up to `upto` (inclusive) and records it as
+    /// the compact revision. Not a mutation: no revision, no event.
+    pub fn compact_log(&mut self, upto: u64) -> Result<()> {
+        self.view.compact_log(upto)?;
+        self.maintenance = true;
+        Ok(())
+    }
+
     pub fn commit(&mut self, events: Vec<Event>) -> Result<u64> {
         let rev = Arc::new(Revision {
             revision: self.revision + 1,
@@ -247,7 +259,7 @@ impl Store {
     }
 }
 
-fn now_micros() -> Micros {
+pub(crate) fn now_micros() -> Micros {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
@@ -306,6 +318,7 @@ fn commit_batch(
 ) {
     let start = revision.load(Ordering::Acquire);
     let mut staged = Vec::new();
+    let mut maintenance = false;
     let mut finishers = Vec::new();
     let mut failure: Option<Error> = None;
     let mut end = start;
@@ -328,9 +341,11 @@ fn commit_batch(
                         now,
                         revision: end,
                         staged: &mut staged,
+                        maintenance: false,
                     };
                     let (finish, storage_failed) = op(Some(&mut ctx));
                     end = ctx.revision;
+                    maintenance |= ctx.maintenance;
                     finishers.push(finish);
                     if storage_failed {
                         failure = Some(Error::Storage("a write in this batch failed".into()));
@@ -338,7 +353,7 @@ fn commit_batch(
                 }
             }
             if failure.is_none() {
-                if staged.is_empty() {
+                if staged.is_empty() && !maintenance {
                     let _ = txn.abort();
                 } else if let Err(e) = txn.commit() {
                     failure = Some(Error::Storage(format!("commit: {e}")));

@@ -4,6 +4,8 @@
 //! `expected_revision`, and only then writes and logs its events. So an error
 //! at any point before the writes leaves the transaction untouched.
 
+use std::collections::HashMap;
+
 use crate::domain::plan_mode::HistoryEntry;
 use crate::domain::session::{self, Session};
 use crate::domain::todo::{self, TodoInput};
@@ -43,6 +45,23 @@ pub fn get_todos(view: &dyn ReadView, agent_id: &str) -> Result<TodoRecord> {
         agent_id: agent_id.to_owned(),
         ..TodoRecord::default()
     }))
+}
+
+/// The ancestors of a session whose parent is `parent`: root first, parent
+/// last. Stops at a missing session, and at a loop should the data ever hold
+/// one, rather than spinning.
+pub fn ancestors(view: &dyn ReadView, parent: Option<&str>) -> Result<Vec<String>> {
+    let mut chain = Vec::new();
+    let mut cursor = parent.map(str::to_owned);
+    while let Some(id) = cursor {
+        if chain.contains(&id) {
+            break;
+        }
+        cursor = view.session(&id)?.and_then(|s| s.parent_session_id);
+        chain.push(id);
+    }
+    chain.reverse();
+    Ok(chain)
 }
 
 /// A session and all its descendants, pre-order (the session first).
@@ -125,11 +144,12 @@ pub fn create_session(
     s.create_time = ctx.now;
     s.update_time = ctx.now;
     s.revision = ctx.next_revision();
+    let chain = ancestors(ctx.view, s.parent_session_id.as_deref())?;
     ctx.view.put_session(&s)?;
     if let Some(parent) = &s.parent_session_id {
         ctx.view.put_child(parent, &s.session_id)?;
     }
-    let rev = ctx.commit(vec![Event::session(EventKind::SessionCreated, &s)])?;
+    let rev = ctx.commit(vec![Event::session(EventKind::SessionCreated, &s, chain)])?;
     Ok((s, rev))
 }
 
@@ -191,6 +211,16 @@ pub fn update_session(
     }
     s.update_time = ctx.now;
     s.revision = ctx.next_revision();
+    let previous = ancestors(ctx.view, old.parent_session_id.as_deref())?;
+    let mut event = Event::session(
+        EventKind::SessionUpdated,
+        &s,
+        ancestors(ctx.view, s.parent_session_id.as_deref())?,
+    );
+    if s.parent_session_id != old.parent_session_id {
+        event.previous_parent_session_id = old.parent_session_id.clone().unwrap_or_default();
+        event.previous_ancestors = previous;
+    }
     if s.parent_session_id != old.parent_session_id {
         if let Some(p) = &old.parent_session_id {
             ctx.view.delete_child(p, id)?;
@@ -200,7 +230,7 @@ pub fn update_session(
         }
     }
     ctx.view.put_session(&s)?;
-    let rev = ctx.commit(vec![Event::session(EventKind::SessionUpdated, &s)])?;
+    let rev = ctx.commit(vec![event])?;
     Ok((s, rev))
 }
 
@@ -222,18 +252,35 @@ pub fn delete_session(
         });
     }
     let ids = subtree(ctx.view, id)?;
-    let mut events = Vec::with_capacity(ids.len());
+    // Ancestry is read before anything is deleted; pre-order means a
+    // parent's chain is known before its children's.
+    let mut chains: HashMap<String, Vec<String>> = HashMap::new();
+    let mut doomed = Vec::with_capacity(ids.len());
     for sid in &ids {
         let Some(s) = ctx.view.session(sid)? else {
             continue;
         };
+        let chain = match s.parent_session_id.as_deref().and_then(|p| chains.get(p).map(|c| (p, c))) {
+            Some((p, c)) => {
+                let mut c = c.clone();
+                c.push(p.to_owned());
+                c
+            }
+            None => ancestors(ctx.view, s.parent_session_id.as_deref())?,
+        };
+        chains.insert(sid.clone(), chain.clone());
+        doomed.push((s, chain));
+    }
+    let mut events = Vec::with_capacity(doomed.len());
+    for (s, chain) in doomed {
+        let sid = s.session_id.as_str();
         ctx.view.delete_session(sid)?;
         ctx.view.delete_plan(sid)?;
         ctx.view.delete_history(sid)?;
         if let Some(p) = &s.parent_session_id {
             ctx.view.delete_child(p, sid)?;
         }
-        events.push(Event::session(EventKind::SessionDeleted, &s));
+        events.push(Event::session(EventKind::SessionDeleted, &s, chain));
     }
     let rev = ctx.commit(events)?;
     Ok((ids, rev))
@@ -277,10 +324,11 @@ pub fn mutate_plan<R>(
     let mut plan = record.plan.clone();
     let (out, history) = change(&mut plan, ctx.now)?;
 
+    let chain = ancestors(ctx.view, session.parent_session_id.as_deref())?;
     let mut events = Vec::with_capacity(2);
     if created {
         ctx.view.put_session(&session)?;
-        events.push(Event::session(EventKind::SessionCreated, &session));
+        events.push(Event::session(EventKind::SessionCreated, &session, chain.clone()));
     }
     for entry in &history {
         ctx.view
@@ -291,7 +339,7 @@ pub fn mutate_plan<R>(
     record.revision = ctx.next_revision();
     record.update_time = ctx.now;
     ctx.view.put_plan(&record)?;
-    events.push(Event::plan(&session, &record));
+    events.push(Event::plan(&session, &record, chain));
     let rev = ctx.commit(events)?;
     Ok((out, record, rev))
 }

@@ -74,28 +74,45 @@ pub struct Event {
     /// The agent concerned, or empty.
     #[serde(default)]
     pub agent_id: String,
+    /// The session's ancestors at this revision, root first, parent last.
+    /// With it a tree filter needs no history: an event belongs to the tree
+    /// of `r` when its session is `r` or has `r` among its ancestors.
+    #[serde(default)]
+    pub ancestors: Vec<String>,
+    /// For a move: the parent and ancestors before it, so the tree the
+    /// session left also sees it go.
+    #[serde(default)]
+    pub previous_parent_session_id: String,
+    #[serde(default)]
+    pub previous_ancestors: Vec<String>,
 }
 
 impl Event {
-    /// An event about a session record.
-    pub fn session(kind: EventKind, s: &Session) -> Self {
+    /// An event about a session record; `ancestors` at this revision.
+    pub fn session(kind: EventKind, s: &Session, ancestors: Vec<String>) -> Self {
         Event {
             kind,
             session_id: s.session_id.clone(),
             parent_session_id: s.parent_session_id.clone().unwrap_or_default(),
             agent_id: s.agent_id.clone(),
             object: EventObject::Session(s.clone()),
+            ancestors,
+            previous_parent_session_id: String::new(),
+            previous_ancestors: Vec::new(),
         }
     }
 
     /// A plan change of `session`.
-    pub fn plan(session: &Session, plan: &PlanRecord) -> Self {
+    pub fn plan(session: &Session, plan: &PlanRecord, ancestors: Vec<String>) -> Self {
         Event {
             kind: EventKind::PlanUpdated,
             session_id: session.session_id.clone(),
             parent_session_id: session.parent_session_id.clone().unwrap_or_default(),
             agent_id: session.agent_id.clone(),
             object: EventObject::Plan(Box::new(plan.clone())),
+            ancestors,
+            previous_parent_session_id: String::new(),
+            previous_ancestors: Vec::new(),
         }
     }
 
@@ -111,7 +128,19 @@ impl Event {
             parent_session_id: String::new(),
             agent_id: list.agent_id.clone(),
             object: EventObject::Todos(list.clone()),
+            ancestors: Vec::new(),
+            previous_parent_session_id: String::new(),
+            previous_ancestors: Vec::new(),
         }
+    }
+
+    /// Whether the event concerns `root` or a session below it, now or
+    /// (for a move) before.
+    pub fn in_tree(&self, root: &str) -> bool {
+        !self.session_id.is_empty()
+            && (self.session_id == root
+                || self.ancestors.iter().any(|a| a == root)
+                || self.previous_ancestors.iter().any(|a| a == root))
     }
 }
 

@@ -8,7 +8,6 @@ use cairn::pb;
 use cairn::pb::plan_service_client::PlanServiceClient;
 use cairn::pb::session_service_client::SessionServiceClient;
 use cairn::pb::todo_service_client::TodoServiceClient;
-use cairn::store::StoreOptions;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -34,11 +33,16 @@ impl TestServer {
     /// A server on a fresh data dir, with settings adjusted by `f`.
     pub async fn start_with(f: impl FnOnce(&mut Policy)) -> Self {
         let dir = tempfile::tempdir().expect("temp dir");
-        let mut config = ServerConfig {
-            store: StoreOptions::new(dir.path().join("data")),
-            policy: Policy::default(),
-        };
+        let mut config = ServerConfig::new(dir.path().join("data"));
         f(&mut config.policy);
+        Self::launch(config, dir).await
+    }
+
+    /// A server on a fresh data dir with the whole configuration adjusted.
+    pub async fn start_config(f: impl FnOnce(&mut ServerConfig)) -> Self {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut config = ServerConfig::new(dir.path().join("data"));
+        f(&mut config);
         Self::launch(config, dir).await
     }
 

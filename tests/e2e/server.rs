@@ -318,17 +318,3 @@ async fn concurrent_writes_get_distinct_gap_free_revisions() {
     revisions.sort_unstable();
     assert_eq!(revisions, (1..=100).collect::<Vec<u64>>());
 }
-
-#[tokio::test]
-async fn watch_is_declared_but_not_yet_served() {
-    let server = TestServer::start().await;
-    let mut watch = pb::watch_service_client::WatchServiceClient::new(server.channel().await);
-    let err = watch
-        .watch(pb::WatchRequest {
-            target: Some(pb::watch_request::Target::All(true)),
-            ..Default::default()
-        })
-        .await
-        .unwrap_err();
-    assert_eq!(err.code(), Code::Unimplemented);
-}
