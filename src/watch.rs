@@ -79,13 +79,55 @@ pub enum Start {
 /// One message of a watch stream.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Item {
-    /// An event at a revision. Before `Synced`, an object of the snapshot
-    /// (its revision is the object's own).
-    Event(u64, Event),
+    /// An event. Before `Synced`, an object of the snapshot (its revision
+    /// is the object's own).
+    Event(Delivered),
     /// The snapshot is complete as of this revision.
     Synced(u64),
     /// Heartbeat: everything up to this revision has been delivered.
     Progress(u64),
+}
+
+/// An event as a stream delivers it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Delivered {
+    /// Revision of the event (or, in a snapshot, of the object).
+    pub revision: u64,
+    /// The event.
+    pub event: Event,
+    /// Position among this revision's events on this stream.
+    pub index: u32,
+    /// Number of this revision's events on this stream.
+    pub count: u32,
+}
+
+impl Delivered {
+    fn single(revision: u64, event: Event) -> Item {
+        Item::Event(Delivered {
+            revision,
+            event,
+            index: 0,
+            count: 1,
+        })
+    }
+}
+
+/// The events of `rev` that `target` wants, numbered within the revision.
+fn select(target: &Target, revision: u64, events: &[Event]) -> Vec<Item> {
+    let matching: Vec<&Event> = events.iter().filter(|e| target.matches(e)).collect();
+    let count = u32::try_from(matching.len()).unwrap_or(u32::MAX);
+    matching
+        .into_iter()
+        .enumerate()
+        .map(|(i, e)| {
+            Item::Event(Delivered {
+                revision,
+                event: e.clone(),
+                index: u32::try_from(i).unwrap_or(u32::MAX),
+                count,
+            })
+        })
+        .collect()
 }
 
 /// Checks `start` against the log up front, so a compacted revision fails
@@ -170,13 +212,12 @@ pub fn watch(
                     return;
                 }
                 for rev in revs {
-                    let mut sent = false;
-                    for e in rev.events.iter().filter(|e| target.matches(e)) {
-                        sent = true;
-                        yield Ok(Item::Event(rev.revision, e.clone()));
-                    }
-                    if sent {
+                    let items = select(&target, rev.revision, &rev.events);
+                    if !items.is_empty() {
                         heartbeat.reset();
+                    }
+                    for item in items {
+                        yield Ok(item);
                     }
                     next = rev.revision + 1;
                 }
@@ -184,13 +225,12 @@ pub fn watch(
             tokio::select! {
                 received = live.recv() => match received {
                     Ok(rev) if rev.revision == next => {
-                        let mut sent = false;
-                        for e in rev.events.iter().filter(|e| target.matches(e)) {
-                            sent = true;
-                            yield Ok(Item::Event(rev.revision, e.clone()));
-                        }
-                        if sent {
+                        let items = select(&target, rev.revision, &rev.events);
+                        if !items.is_empty() {
                             heartbeat.reset();
+                        }
+                        for item in items {
+                            yield Ok(item);
                         }
                         next += 1;
                     }
@@ -217,12 +257,12 @@ fn snapshot(v: &dyn ReadView, target: &Target) -> Result<(Vec<Item>, u64)> {
     let mut items = Vec::new();
     let push_session = |v: &dyn ReadView, s: Session, ancestors: Vec<String>, items: &mut Vec<Item>| -> Result<()> {
         let plan = v.plan(&s.session_id)?;
-        items.push(Item::Event(
+        items.push(Delivered::single(
             s.revision,
             Event::session(EventKind::SessionCreated, &s, ancestors.clone()),
         ));
         if let Some(p) = plan {
-            items.push(Item::Event(p.revision, Event::plan(&s, &p, ancestors)));
+            items.push(Delivered::single(p.revision, Event::plan(&s, &p, ancestors)));
         }
         Ok(())
     };
@@ -253,7 +293,7 @@ fn snapshot(v: &dyn ReadView, target: &Target) -> Result<(Vec<Item>, u64)> {
         }
         Target::Agent(agent) => {
             if let Some(t) = v.todos(agent)? {
-                items.push(Item::Event(t.revision, Event::todos(&t)));
+                items.push(Delivered::single(t.revision, Event::todos(&t)));
             }
         }
         Target::All => {
@@ -278,7 +318,7 @@ fn snapshot(v: &dyn ReadView, target: &Target) -> Result<(Vec<Item>, u64)> {
                 push_session(v, s, chain, &mut items)?;
             }
             for t in v.all_todos()? {
-                items.push(Item::Event(t.revision, Event::todos(&t)));
+                items.push(Delivered::single(t.revision, Event::todos(&t)));
             }
         }
     }

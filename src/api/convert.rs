@@ -17,7 +17,7 @@ use crate::domain::plan_mode::{
 use crate::domain::session::Session;
 use crate::domain::todo::{Priority, TodoInput, TodoItem, TodoStatus};
 use crate::pb;
-use crate::store::records::{Event, EventKind, EventObject, PlanRecord, TodoRecord};
+use crate::store::records::{EventKind, EventObject, PlanRecord, TodoRecord};
 
 /// Server micros to a proto timestamp; 0 means "never" and maps to unset.
 pub fn timestamp(micros: Micros) -> Option<Timestamp> {
@@ -392,10 +392,18 @@ pub fn todo_list(r: TodoRecord) -> pb::TodoList {
 
 // ---- events ----
 
-/// A logged event for the API.
-pub fn event(revision: u64, e: Event) -> pb::Event {
+/// A delivered event for the API.
+pub fn event(d: crate::watch::Delivered) -> pb::Event {
+    let crate::watch::Delivered {
+        revision,
+        event: e,
+        index,
+        count,
+    } = d;
     pb::Event {
         revision,
+        index_in_revision: index,
+        events_in_revision: count,
         r#type: match e.kind {
             EventKind::SessionCreated => pb::EventType::SessionCreated,
             EventKind::SessionUpdated => pb::EventType::SessionUpdated,

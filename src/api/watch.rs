@@ -134,7 +134,7 @@ fn duration(field: &str, d: prost_types::Duration) -> Result<Duration> {
 fn response(item: Item) -> pb::WatchResponse {
     pb::WatchResponse {
         kind: Some(match item {
-            Item::Event(revision, e) => pb::watch_response::Kind::Event(convert::event(revision, e)),
+            Item::Event(d) => pb::watch_response::Kind::Event(convert::event(d)),
             Item::Synced(revision) => pb::watch_response::Kind::Synced(pb::Synced { revision }),
             Item::Progress(revision) => pb::watch_response::Kind::Progress(pb::Progress { revision }),
         }),
