@@ -97,7 +97,9 @@ pub struct ServeArgs {
 /// Parses `250ms`, `10s`, `5m`, `24h` or `2d` (a bare number is seconds).
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();
-    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
     let (number, unit) = text.split_at(split);
     let n: u64 = number
         .parse()
@@ -109,7 +111,9 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         "m" => Ok(secs(60)),
         "h" => Ok(secs(3600)),
         "d" => Ok(secs(86_400)),
-        other => Err(format!("unknown duration unit {other:?}: use ms, s, m, h or d")),
+        other => Err(format!(
+            "unknown duration unit {other:?}: use ms, s, m, h or d"
+        )),
     }
 }
 

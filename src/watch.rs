@@ -58,7 +58,10 @@ impl Target {
             Target::Session(id) => event.session_id == *id,
             Target::Tree(root) => event.in_tree(root),
             Target::Agent(agent) => {
-                matches!(event.kind, EventKind::TodosUpdated | EventKind::TodosCleared) && event.agent_id == *agent
+                matches!(
+                    event.kind,
+                    EventKind::TodosUpdated | EventKind::TodosCleared
+                ) && event.agent_id == *agent
             }
             Target::All => true,
         }
@@ -134,9 +137,7 @@ fn select(target: &Target, revision: u64, events: &[Event]) -> Vec<Item> {
 /// the call itself rather than its first message.
 pub async fn check_start(store: &Store, start: Start) -> Result<()> {
     if let Start::From(requested) = start {
-        store
-            .read(move |v| ensure_retained(v, requested))
-            .await?;
+        store.read(move |v| ensure_retained(v, requested)).await?;
     }
     Ok(())
 }
@@ -161,12 +162,14 @@ pub fn watch(
     start: Start,
     progress_interval: Duration,
 ) -> impl Stream<Item = Result<Item>> + Send + 'static {
+    // Subscribe before anything is read, so no commit falls between the
+    // read and the live feed; and do it now, not at the first poll, so
+    // "from now" means from the call.
+    let mut live = store.subscribe();
+    let now = store.revision() + 1;
     async_stream::stream! {
-        // Subscribe before anything is read, so no commit falls between
-        // the read and the live feed.
-        let mut live = store.subscribe();
         let mut next = match start {
-            Start::Now => store.revision() + 1,
+            Start::Now => now,
             Start::From(r) => r.max(1),
             Start::Snapshot => {
                 let t = target.clone();
@@ -236,8 +239,11 @@ pub fn watch(
                     }
                     // Already delivered from the log.
                     Ok(rev) if rev.revision < next => {}
-                    // A gap (we fell behind): the loop top reads the log.
-                    Ok(_) | Err(RecvError::Lagged(_)) => {}
+                    // A gap: the loop top reads the log.
+                    Ok(_) => {}
+                    Err(RecvError::Lagged(missed)) => {
+                        tracing::debug!(missed, next, "watcher fell behind the live feed; reading the log");
+                    }
                     Err(RecvError::Closed) => {
                         yield Err(Error::ShuttingDown);
                         return;
@@ -255,14 +261,21 @@ pub fn watch(
 fn snapshot(v: &dyn ReadView, target: &Target) -> Result<(Vec<Item>, u64)> {
     let at = v.revision()?;
     let mut items = Vec::new();
-    let push_session = |v: &dyn ReadView, s: Session, ancestors: Vec<String>, items: &mut Vec<Item>| -> Result<()> {
+    let push_session = |v: &dyn ReadView,
+                        s: Session,
+                        ancestors: Vec<String>,
+                        items: &mut Vec<Item>|
+     -> Result<()> {
         let plan = v.plan(&s.session_id)?;
         items.push(Delivered::single(
             s.revision,
             Event::session(EventKind::SessionCreated, &s, ancestors.clone()),
         ));
         if let Some(p) = plan {
-            items.push(Delivered::single(p.revision, Event::plan(&s, &p, ancestors)));
+            items.push(Delivered::single(
+                p.revision,
+                Event::plan(&s, &p, ancestors),
+            ));
         }
         Ok(())
     };
@@ -313,7 +326,8 @@ fn snapshot(v: &dyn ReadView, target: &Target) -> Result<(Vec<Item>, u64)> {
                 with_chains.push((s, chain));
             }
             // Parents before children.
-            with_chains.sort_by(|a, b| (a.1.len(), &a.0.session_id).cmp(&(b.1.len(), &b.0.session_id)));
+            with_chains
+                .sort_by(|a, b| (a.1.len(), &a.0.session_id).cmp(&(b.1.len(), &b.0.session_id)));
             for (s, chain) in with_chains {
                 push_session(v, s, chain, &mut items)?;
             }
@@ -359,7 +373,12 @@ pub struct WaitOutcome {
 }
 
 /// Blocks until `condition` holds on `target` or `timeout` passes.
-pub async fn wait(store: &Store, target: WaitTarget, condition: Condition, timeout: Duration) -> Result<WaitOutcome> {
+pub async fn wait(
+    store: &Store,
+    target: WaitTarget,
+    condition: Condition,
+    timeout: Duration,
+) -> Result<WaitOutcome> {
     let mut live = store.subscribe();
     let deadline = tokio::time::Instant::now() + timeout;
     let (plans, complete, ids, start) = read_target(store, &target).await?;
@@ -422,7 +441,10 @@ fn touches(target: &WaitTarget, watched: &BTreeSet<String>, e: &Event) -> bool {
 
 /// Plans of the target, whether all are complete, the session ids, and the
 /// revision, from one snapshot.
-async fn read_target(store: &Store, target: &WaitTarget) -> Result<(Vec<PlanRecord>, bool, BTreeSet<String>, u64)> {
+async fn read_target(
+    store: &Store,
+    target: &WaitTarget,
+) -> Result<(Vec<PlanRecord>, bool, BTreeSet<String>, u64)> {
     let target = target.clone();
     store
         .read(move |v| {

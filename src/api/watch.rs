@@ -74,10 +74,13 @@ impl WatchApi {
             None => self.state.progress_interval,
         };
         watch::check_start(&self.state.store, start).await?;
-        let stream = watch::watch(self.state.store.clone(), target, start, interval).map(|item| match item {
-            Ok(item) => Ok(response(item)),
-            Err(e) => Err(Status::from(e)),
-        });
+        let stream =
+            watch::watch(self.state.store.clone(), target, start, interval).map(
+                |item| match item {
+                    Ok(item) => Ok(response(item)),
+                    Err(e) => Err(Status::from(e)),
+                },
+            );
         Ok(Box::pin(stream))
     }
 
@@ -93,7 +96,9 @@ impl WatchApi {
                 limits.check_resource_id("session_tree", &id)?;
                 WaitTarget::Tree(id)
             }
-            Some(pb::wait_request::Target::SessionIds(pb::SessionIds { session_ids })) if !session_ids.is_empty() => {
+            Some(pb::wait_request::Target::SessionIds(pb::SessionIds { session_ids }))
+                if !session_ids.is_empty() =>
+            {
                 crate::domain::Limits::check_count(
                     "session_ids",
                     "number of sessions",
@@ -106,11 +111,16 @@ impl WatchApi {
                 WaitTarget::Sessions(session_ids)
             }
             Some(pb::wait_request::Target::SessionIds(_)) | None => {
-                return Err(Error::invalid("target", "set session_tree or a non-empty session_ids"));
+                return Err(Error::invalid(
+                    "target",
+                    "set session_tree or a non-empty session_ids",
+                ));
             }
         };
         let condition = match pb::WaitCondition::try_from(condition) {
-            Ok(pb::WaitCondition::Unspecified | pb::WaitCondition::AllPlansCompleted) => Condition::AllPlansCompleted,
+            Ok(pb::WaitCondition::Unspecified | pb::WaitCondition::AllPlansCompleted) => {
+                Condition::AllPlansCompleted
+            }
             Ok(pb::WaitCondition::AnyChange) => Condition::AnyChange,
             Err(_) => return Err(Error::invalid("condition", "unknown condition")),
         };
@@ -136,7 +146,9 @@ fn response(item: Item) -> pb::WatchResponse {
         kind: Some(match item {
             Item::Event(d) => pb::watch_response::Kind::Event(convert::event(d)),
             Item::Synced(revision) => pb::watch_response::Kind::Synced(pb::Synced { revision }),
-            Item::Progress(revision) => pb::watch_response::Kind::Progress(pb::Progress { revision }),
+            Item::Progress(revision) => {
+                pb::watch_response::Kind::Progress(pb::Progress { revision })
+            }
         }),
     }
 }
@@ -149,12 +161,18 @@ impl WatchService for WatchApi {
     type WatchStream = WatchStream;
 
     #[instrument(skip_all, fields(target = ?request.get_ref().target, start = ?request.get_ref().start_revision), err)]
-    async fn watch(&self, request: Request<pb::WatchRequest>) -> Result<Response<Self::WatchStream>, Status> {
+    async fn watch(
+        &self,
+        request: Request<pb::WatchRequest>,
+    ) -> Result<Response<Self::WatchStream>, Status> {
         Ok(Response::new(self.watch_inner(request.into_inner()).await?))
     }
 
     #[instrument(skip_all, fields(target = ?request.get_ref().target), err)]
-    async fn wait(&self, request: Request<pb::WaitRequest>) -> Result<Response<pb::WaitResponse>, Status> {
+    async fn wait(
+        &self,
+        request: Request<pb::WaitRequest>,
+    ) -> Result<Response<pb::WaitResponse>, Status> {
         Ok(Response::new(self.wait_inner(request.into_inner()).await?))
     }
 }

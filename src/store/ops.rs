@@ -260,7 +260,11 @@ pub fn delete_session(
         let Some(s) = ctx.view.session(sid)? else {
             continue;
         };
-        let chain = match s.parent_session_id.as_deref().and_then(|p| chains.get(p).map(|c| (p, c))) {
+        let chain = match s
+            .parent_session_id
+            .as_deref()
+            .and_then(|p| chains.get(p).map(|c| (p, c)))
+        {
             Some((p, c)) => {
                 let mut c = c.clone();
                 c.push(p.to_owned());
@@ -328,7 +332,11 @@ pub fn mutate_plan<R>(
     let mut events = Vec::with_capacity(2);
     if created {
         ctx.view.put_session(&session)?;
-        events.push(Event::session(EventKind::SessionCreated, &session, chain.clone()));
+        events.push(Event::session(
+            EventKind::SessionCreated,
+            &session,
+            chain.clone(),
+        ));
     }
     for entry in &history {
         ctx.view

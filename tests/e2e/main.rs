@@ -12,3 +12,4 @@ mod plans;
 mod server;
 mod sessions;
 mod todos;
+mod watch;
