@@ -13,3 +13,4 @@ mod server;
 mod sessions;
 mod todos;
 mod watch;
+mod watch_checker;

@@ -254,10 +254,10 @@ async fn events_carry_ancestry_and_revision_boundaries() {
             (2, 3, vec!["r".to_string(), "c".to_string()]),
         ]
     );
-    let Some(pb::event::Object::Session(deleted)) = &all[5].object else {
+    let Some(pb::event::Object::Session(gone)) = &all[5].object else {
         panic!("deleted session object");
     };
-    assert_eq!(deleted.session_id, "g");
+    assert_eq!(gone.session_id, "g");
 }
 
 #[tokio::test]
