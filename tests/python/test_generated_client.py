@@ -137,12 +137,28 @@ def test_todos(channel):
     assert [(t.id, t.status) for t in merged.todos] == [("a", T.TODO_STATUS_COMPLETED), ("b", T.TODO_STATUS_PENDING)]
 
 
-def test_watch_is_declared(channel):
+def test_watch_and_wait(channel):
+    sessions = session_pb2_grpc.SessionServiceStub(channel)
+    plans = plan_pb2_grpc.PlanServiceStub(channel)
     stub = watch_pb2_grpc.WatchServiceStub(channel)
-    assert stub.Wait is not None and stub.Watch is not None
-    # The messages exist with their contract names.
-    watch.WatchRequest(session_tree="x", send_initial_state=True)
-    watch.WaitRequest(session_ids=watch.SessionIds(session_ids=["a"]))
+    sessions.CreateSession(session.CreateSessionRequest(session=session.Session(session_id="py-root")))
+    sessions.CreateSession(session.CreateSessionRequest(session=session.Session(session_id="py-kid", parent_session_id="py-root")))
+    stream = stub.Watch(watch.WatchRequest(session_tree="py-root", send_initial_state=True))
+    first = [next(stream), next(stream), next(stream)]
+    assert [m.WhichOneof("kind") for m in first] == ["event", "event", "synced"]
+    assert [m.event.session_id for m in first[:2]] == ["py-root", "py-kid"]
+    done = [plan.PlanItem(step=i.step, status=plan.StepStatus.STEP_STATUS_COMPLETED) for i in five_steps()]
+    written = plans.UpdatePlan(plan.UpdatePlanRequest(session_id="py-kid", plan=done))
+    change = next(stream)
+    assert change.event.type == watch.EVENT_TYPE_PLAN_UPDATED
+    assert change.event.revision == written.revision
+    assert list(change.event.ancestor_session_ids) == ["py-root"]
+    stream.cancel()
+    resp = stub.Wait(watch.WaitRequest(session_tree="py-root", timeout={"seconds": 5}))
+    assert resp.satisfied
+    with pytest.raises(grpc.RpcError) as e:
+        list(stub.Watch(watch.WatchRequest(all=True, start_revision=1, send_initial_state=True)))
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
 
 
 def test_health_and_v1alpha_reflection(channel):
