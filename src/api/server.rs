@@ -80,8 +80,11 @@ pub async fn serve(
     let store = tokio::task::spawn_blocking(move || Store::open(&opts))
         .await
         .map_err(|e| crate::error::Error::Storage(format!("open task: {e}")))??;
+    let listen = listener
+        .local_addr()
+        .map_or_else(|e| format!("unknown ({e})"), |a| a.to_string());
     tracing::info!(
-        addr = ?listener.local_addr().ok(),
+        listen = %listen,
         db = %store.path().display(),
         revision = store.revision(),
         "cairn serving"

@@ -7,6 +7,7 @@
 #![allow(clippy::unwrap_used, clippy::too_many_lines)]
 
 mod common;
+mod crash;
 mod plan_mode;
 mod plans;
 mod server;

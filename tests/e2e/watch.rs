@@ -73,8 +73,11 @@ pub async fn watch(
 
 /// Every event in the log from revision 1 up to `upto`, via an `all` watch.
 pub async fn history(client: &mut WatchServiceClient<Channel>, upto: u64) -> Vec<pb::Event> {
-    let mut stream = watch(client, Target::All(true), Some(1), false).await;
     let mut out: Vec<pb::Event> = Vec::new();
+    if upto == 0 {
+        return out;
+    }
+    let mut stream = watch(client, Target::All(true), Some(1), false).await;
     while out
         .last()
         .is_none_or(|e| e.revision < upto || e.index_in_revision + 1 < e.events_in_revision)
