@@ -42,6 +42,8 @@ pub enum LogFormat {
 pub enum Command {
     /// Run the server on an embedded redb database under the data directory.
     Serve(ServeArgs),
+    /// Load-test a running server (or etcd) and print one JSON line of figures.
+    Bench(crate::bench::BenchArgs),
 }
 
 /// `cairn serve` flags.
@@ -77,6 +79,9 @@ pub struct ServeArgs {
     /// Most mutations committed together in one durable transaction (1: one commit per mutation).
     #[arg(long, env = "CAIRN_COMMIT_BATCH", default_value_t = 256)]
     pub commit_batch: usize,
+    /// Approximate request bytes committed together in one durable transaction.
+    #[arg(long, env = "CAIRN_COMMIT_BYTES", default_value_t = 8 * 1024 * 1024)]
+    pub commit_bytes: usize,
     /// Mutations queued for the writer before callers wait.
     #[arg(long, env = "CAIRN_COMMIT_QUEUE", default_value_t = 4096)]
     pub commit_queue: usize,
@@ -123,6 +128,7 @@ impl ServeArgs {
         let mut store = StoreOptions::new(&self.data_dir);
         store.commit_batch = self.commit_batch.max(1);
         store.queue_depth = self.commit_queue.max(1);
+        store.commit_bytes = self.commit_bytes.max(1);
         ServerConfig {
             store,
             progress_interval: self.progress_interval,
@@ -159,7 +165,9 @@ mod tests {
     #[test]
     fn defaults_match_the_spec() {
         let cli = Cli::try_parse_from(["cairn", "serve"]).unwrap();
-        let Command::Serve(args) = cli.command;
+        let Command::Serve(args) = cli.command else {
+            panic!("serve");
+        };
         assert_eq!(args.listen.to_string(), "127.0.0.1:50051");
         let cfg = args.server_config();
         assert_eq!(cfg.policy, Policy::default());

@@ -12,10 +12,12 @@
 //!   from the log for watchers that fall behind, and `Wait`.
 //! - [`domain`]: the rules as pure functions over plain structs: the
 //!   `update_plan` checklist, the plan-mode state machine, the todo merge.
+//! - [`bench`]: `cairn bench`, the load generator behind BENCHMARKS.md.
 //! - [`config`]: the `cairn` command line, every flag with a `CAIRN_*` env var.
 //! - [`pb`]: code generated from `proto/` by `build.rs` (protox, no protoc).
 
 pub mod api;
+pub mod bench;
 pub mod config;
 pub mod domain;
 pub mod error;

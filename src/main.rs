@@ -29,6 +29,25 @@ async fn main() -> ExitCode {
                 }
             }
         }
+        Command::Bench(args) => match cairn::bench::run(args).await {
+            Ok(report) => match serde_json::to_string(&report) {
+                Ok(line) => {
+                    #[allow(clippy::print_stdout)] // the report is the command's output
+                    {
+                        println!("{line}");
+                    }
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "cannot encode the report");
+                    ExitCode::FAILURE
+                }
+            },
+            Err(e) => {
+                tracing::error!(error = %e, "benchmark failed");
+                ExitCode::FAILURE
+            }
+        },
     }
 }
 

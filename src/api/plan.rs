@@ -1,5 +1,6 @@
 //! `cairn.v1.PlanService`: the checklist and plan mode.
 
+use prost::Message as _;
 use tonic::{Request, Response, Status};
 use tracing::instrument;
 
@@ -33,6 +34,7 @@ impl PlanApi {
     /// Runs a plan-mode mutation and answers with the new status.
     async fn mutate<R, F>(
         &self,
+        bytes: usize,
         session_id: String,
         expected: Option<u64>,
         create: bool,
@@ -51,7 +53,7 @@ impl PlanApi {
         let policy = self.state.policy.clone();
         self.state
             .store
-            .write(move |ctx| {
+            .write_sized(bytes, move |ctx| {
                 ops::mutate_plan(
                     ctx,
                     &session_id,
@@ -68,6 +70,7 @@ impl PlanApi {
         &self,
         req: pb::UpdatePlanRequest,
     ) -> Result<pb::UpdatePlanResponse> {
+        let bytes = req.encoded_len();
         let pb::UpdatePlanRequest {
             session_id,
             explanation,
@@ -90,7 +93,7 @@ impl PlanApi {
             });
         }
         let ((), record, revision) = self
-            .mutate(session_id, expected_revision, true, move |plan, _, _| {
+            .mutate(bytes, session_id, expected_revision, true, move |plan, _, _| {
                 plan.checklist = apply_update(&plan.checklist, update);
                 Ok(((), Vec::new()))
             })
@@ -181,6 +184,7 @@ impl PlanApi {
         } = req;
         let ((), record, revision) = self
             .mutate(
+                0,
                 session_id,
                 expected_revision,
                 true,
@@ -197,6 +201,7 @@ impl PlanApi {
     }
 
     async fn exit_inner(&self, req: pb::ExitPlanModeRequest) -> Result<pb::ExitPlanModeResponse> {
+        let bytes = req.encoded_len();
         let pb::ExitPlanModeRequest {
             session_id,
             plan,
@@ -206,6 +211,7 @@ impl PlanApi {
         let suffix = random_suffix();
         let ((), record, revision) = self
             .mutate(
+                bytes,
                 session_id,
                 expected_revision,
                 false,
@@ -241,6 +247,7 @@ impl PlanApi {
         } = req;
         let ((), record, revision) = self
             .mutate(
+                0,
                 session_id,
                 expected_revision,
                 false,
@@ -264,6 +271,7 @@ impl PlanApi {
         } = req;
         let ((), record, revision) = self
             .mutate(
+                0,
                 session_id,
                 expected_revision,
                 false,
@@ -288,6 +296,7 @@ impl PlanApi {
         } = req;
         let ((), record, revision) = self
             .mutate(
+                0,
                 session_id,
                 expected_revision,
                 false,
@@ -315,6 +324,7 @@ impl PlanApi {
         } = req;
         let (entry, record, revision) = self
             .mutate(
+                0,
                 session_id,
                 expected_revision,
                 false,
@@ -343,6 +353,7 @@ impl PlanApi {
         } = req;
         let (modification, record, revision) = self
             .mutate(
+                0,
                 session_id,
                 expected_revision,
                 false,
@@ -379,7 +390,7 @@ impl PlanApi {
             expected_revision,
         } = req;
         let ((), record, revision) = self
-            .mutate(session_id, expected_revision, false, move |plan, _, _| {
+            .mutate(0, session_id, expected_revision, false, move |plan, _, _| {
                 plan.approve_modification(modification_id)?;
                 Ok(((), Vec::new()))
             })
@@ -400,7 +411,7 @@ impl PlanApi {
             expected_revision,
         } = req;
         let ((), record, revision) = self
-            .mutate(session_id, expected_revision, false, move |plan, _, _| {
+            .mutate(0, session_id, expected_revision, false, move |plan, _, _| {
                 plan.reject_modification(modification_id)?;
                 Ok(((), Vec::new()))
             })

@@ -9,8 +9,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
-use tokio_stream::wrappers::TcpListenerStream;
 use tonic::transport::Server;
+use tonic::transport::server::TcpIncoming;
 
 use super::plan::PlanApi;
 use super::session::SessionApi;
@@ -149,7 +149,14 @@ pub async fn serve_store(
         .add_service(pb::watch_service_server::WatchServiceServer::new(
             WatchApi::new(state),
         ))
-        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
+        // Small gRPC frames must not wait for Nagle and delayed ACKs: without
+        // no-delay a response can sit 40 ms in the kernel.
+        .serve_with_incoming_shutdown(
+            TcpIncoming::from(listener)
+                .with_nodelay(Some(true))
+                .with_keepalive(Some(Duration::from_secs(60))),
+            shutdown,
+        )
         .await?;
     Ok(())
 }

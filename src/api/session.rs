@@ -1,5 +1,6 @@
 //! `cairn.v1.SessionService`: the session tree.
 
+use prost::Message as _;
 use tonic::{Request, Response, Status};
 use tracing::instrument;
 
@@ -27,6 +28,7 @@ impl SessionApi {
     }
 
     async fn create(&self, req: pb::CreateSessionRequest) -> Result<pb::CreateSessionResponse> {
+        let bytes = req.encoded_len();
         let pb::CreateSessionRequest { session } = req;
         let mut s: Session = session.map(Into::into).unwrap_or_default();
         if s.session_id.is_empty() {
@@ -36,7 +38,7 @@ impl SessionApi {
         let (s, revision) = self
             .state
             .store
-            .write(move |ctx| ops::create_session(ctx, s, &policy.limits))
+            .write_sized(bytes, move |ctx| ops::create_session(ctx, s, &policy.limits))
             .await?;
         Ok(pb::CreateSessionResponse {
             session: Some(s.into()),
@@ -106,6 +108,7 @@ impl SessionApi {
     }
 
     async fn update(&self, req: pb::UpdateSessionRequest) -> Result<pb::UpdateSessionResponse> {
+        let bytes = req.encoded_len();
         let pb::UpdateSessionRequest {
             session_id,
             title,
@@ -130,7 +133,7 @@ impl SessionApi {
         let (s, revision) = self
             .state
             .store
-            .write(move |ctx| ops::update_session(ctx, &session_id, patch, &policy.limits))
+            .write_sized(bytes, move |ctx| ops::update_session(ctx, &session_id, patch, &policy.limits))
             .await?;
         Ok(pb::UpdateSessionResponse {
             session: Some(s.into()),

@@ -1,5 +1,6 @@
 //! `cairn.v1.TodoService`: per-agent todo lists.
 
+use prost::Message as _;
 use tonic::{Request, Response, Status};
 use tracing::instrument;
 
@@ -39,6 +40,7 @@ impl TodoApi {
     }
 
     async fn write(&self, req: pb::WriteTodosRequest) -> Result<pb::WriteTodosResponse> {
+        let bytes = req.encoded_len();
         let pb::WriteTodosRequest {
             agent_id,
             todos,
@@ -49,7 +51,7 @@ impl TodoApi {
         let (list, revision) = self
             .state
             .store
-            .write(move |ctx| {
+            .write_sized(bytes, move |ctx| {
                 ops::write_todos(ctx, &agent_id, items, expected_revision, &policy.limits)
             })
             .await?;

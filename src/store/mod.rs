@@ -38,6 +38,10 @@ use records::{Event, Revision};
 use crate::domain::Micros;
 use crate::error::{Error, Result};
 
+/// What an op counts against the byte budget at least (keys, record
+/// overhead, the log entry), whatever its declared size.
+const MIN_OP_BYTES: usize = 256;
+
 /// Name of the database file inside the data directory.
 pub const DB_FILE: &str = "cairn.redb";
 
@@ -49,6 +53,9 @@ pub struct StoreOptions {
     /// Most mutations committed together in one transaction (1 disables
     /// group commit).
     pub commit_batch: usize,
+    /// Approximate bytes of input committed together in one transaction; a
+    /// batch closes once it reaches this (so it may exceed it by one op).
+    pub commit_bytes: usize,
     /// Mutations waiting for the writer before callers wait (backpressure).
     pub queue_depth: usize,
     /// Committed revisions buffered for live watchers.
@@ -61,6 +68,7 @@ impl StoreOptions {
         StoreOptions {
             data_dir: data_dir.into(),
             commit_batch: 256,
+            commit_bytes: 8 * 1024 * 1024,
             queue_depth: 4096,
             broadcast_capacity: 4096,
         }
@@ -115,7 +123,8 @@ type Finisher = Box<dyn FnOnce(&Result<()>) + Send>;
 type Op = Box<dyn FnOnce(Option<&mut Ctx<'_>>) -> (Finisher, bool) + Send>;
 
 enum Job {
-    Apply(Op),
+    /// An op and its approximate size in bytes, for the batch byte budget.
+    Apply(Op, usize),
     Shutdown,
 }
 
@@ -161,10 +170,13 @@ impl Store {
             let db = Arc::clone(&db);
             let committed = committed.clone();
             let revision = Arc::clone(&revision);
-            let batch = opts.commit_batch.max(1);
+            let limits = BatchLimits {
+                ops: opts.commit_batch.max(1),
+                bytes: opts.commit_bytes.max(1),
+            };
             std::thread::Builder::new()
                 .name("cairn-writer".into())
-                .spawn(move || writer_loop(&db, rx, batch, &committed, &revision))
+                .spawn(move || writer_loop(&db, rx, limits, &committed, &revision))
                 .map_err(|e| Error::Storage(format!("spawn writer: {e}")))?
         };
         Ok(Store {
@@ -203,6 +215,16 @@ impl Store {
         T: Send + 'static,
         F: FnOnce(&mut Ctx<'_>) -> Result<T> + Send + 'static,
     {
+        self.write_sized(0, op).await
+    }
+
+    /// [`Store::write`] for an op whose input is about `bytes` large, so
+    /// that one batch stays within the commit byte budget.
+    pub async fn write_sized<T, F>(&self, bytes: usize, op: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Ctx<'_>) -> Result<T> + Send + 'static,
+    {
         let (tx, rx) = oneshot::channel();
         let job: Op = Box::new(move |ctx| {
             let out = match ctx {
@@ -222,7 +244,7 @@ impl Store {
         });
         self.inner
             .jobs
-            .send(Job::Apply(job))
+            .send(Job::Apply(job, bytes.max(MIN_OP_BYTES)))
             .await
             .map_err(|_| Error::ShuttingDown)?;
         rx.await.map_err(|_| Error::ShuttingDown)?
@@ -265,24 +287,40 @@ pub(crate) fn now_micros() -> Micros {
         .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
 }
 
+/// When the writer closes a batch.
+#[derive(Debug, Clone, Copy)]
+struct BatchLimits {
+    ops: usize,
+    bytes: usize,
+}
+
 fn writer_loop(
     db: &Database,
     mut rx: mpsc::Receiver<Job>,
-    batch_max: usize,
+    limits: BatchLimits,
     committed: &broadcast::Sender<Arc<Revision>>,
     revision: &AtomicU64,
 ) {
     let mut last_now = 0;
-    let mut ops = Vec::with_capacity(batch_max);
+    let mut ops = Vec::with_capacity(limits.ops);
     loop {
         let mut shutdown = false;
+        let mut bytes = 0;
         match rx.blocking_recv() {
-            Some(Job::Apply(op)) => ops.push(op),
+            Some(Job::Apply(op, size)) => {
+                ops.push(op);
+                bytes += size;
+            }
             Some(Job::Shutdown) | None => shutdown = true,
         }
-        while !shutdown && ops.len() < batch_max {
+        // Take whatever else is already waiting: this is what makes one
+        // fsync serve many concurrent callers.
+        while !shutdown && ops.len() < limits.ops && bytes < limits.bytes {
             match rx.try_recv() {
-                Ok(Job::Apply(op)) => ops.push(op),
+                Ok(Job::Apply(op, size)) => {
+                    ops.push(op);
+                    bytes += size;
+                }
                 Ok(Job::Shutdown) => shutdown = true,
                 Err(_) => break,
             }
@@ -296,7 +334,7 @@ fn writer_loop(
             // Answer anything still queued instead of leaving callers hanging.
             rx.close();
             while let Ok(job) = rx.try_recv() {
-                if let Job::Apply(op) = job {
+                if let Job::Apply(op, _) = job {
                     ops.push(op);
                 }
             }
