@@ -45,7 +45,11 @@ pub struct BenchArgs {
     #[arg(long, value_enum)]
     pub scenario: Scenario,
     /// Server address (Cairn, or etcd for the etcd scenarios).
-    #[arg(long, env = "CAIRN_BENCH_ADDR", default_value = "http://127.0.0.1:50051")]
+    #[arg(
+        long,
+        env = "CAIRN_BENCH_ADDR",
+        default_value = "http://127.0.0.1:50051"
+    )]
     pub addr: String,
     /// Concurrent clients, each with one request in flight.
     #[arg(long, env = "CAIRN_BENCH_CONCURRENCY", default_value_t = 64)]
@@ -113,7 +117,12 @@ pub async fn run(args: BenchArgs) -> Result<Report, Box<dyn std::error::Error + 
 async fn connect(addr: &str, n: usize) -> Result<Vec<Channel>, tonic::transport::Error> {
     let mut out = Vec::with_capacity(n);
     for _ in 0..n.max(1) {
-        out.push(Endpoint::from_shared(addr.to_owned())?.tcp_nodelay(true).connect().await?);
+        out.push(
+            Endpoint::from_shared(addr.to_owned())?
+                .tcp_nodelay(true)
+                .connect()
+                .await?,
+        );
     }
     Ok(out)
 }
@@ -174,19 +183,30 @@ async fn etcd_call<Req: Message + Send + Sync + 'static>(
         .await
         .map_err(|e| tonic::Status::unavailable(e.to_string()))?;
     let codec: tonic_prost::ProstCodec<Req, EtcdResponse> = tonic_prost::ProstCodec::default();
-    grpc.unary(tonic::Request::new(req), PathAndQuery::from_static(path), codec)
-        .await
-        .map(|_| ())
+    grpc.unary(
+        tonic::Request::new(req),
+        PathAndQuery::from_static(path),
+        codec,
+    )
+    .await
+    .map(|_| ())
 }
 
 /// Sends one request of the scenario for client `i`.
-async fn one(args: &BenchArgs, channel: Channel, i: usize, round: u64) -> Result<(), tonic::Status> {
+async fn one(
+    args: &BenchArgs,
+    channel: Channel,
+    i: usize,
+    round: u64,
+) -> Result<(), tonic::Status> {
     match args.scenario {
         Scenario::Health => {
             let mut c = tonic_health::pb::health_client::HealthClient::new(channel);
-            c.check(tonic_health::pb::HealthCheckRequest { service: String::new() })
-                .await
-                .map(|_| ())
+            c.check(tonic_health::pb::HealthCheckRequest {
+                service: String::new(),
+            })
+            .await
+            .map(|_| ())
         }
         Scenario::UpdatePlan => PlanServiceClient::new(channel)
             .update_plan(pb::UpdatePlanRequest {
@@ -221,7 +241,9 @@ async fn one(args: &BenchArgs, channel: Channel, i: usize, round: u64) -> Result
     }
 }
 
-async fn request_loop(args: &BenchArgs) -> Result<Report, Box<dyn std::error::Error + Send + Sync>> {
+async fn request_loop(
+    args: &BenchArgs,
+) -> Result<Report, Box<dyn std::error::Error + Send + Sync>> {
     let channels = connect(&args.addr, args.connections.min(args.concurrency)).await?;
     // Reads need something to read: one write per client first.
     let seed = match args.scenario {
@@ -258,7 +280,8 @@ async fn request_loop(args: &BenchArgs) -> Result<Report, Box<dyn std::error::Er
                 round += 1;
                 if sent >= measure_from {
                     match result {
-                        Ok(()) => latencies.push(u32::try_from(sent.elapsed().as_micros()).unwrap_or(u32::MAX)),
+                        Ok(()) => latencies
+                            .push(u32::try_from(sent.elapsed().as_micros()).unwrap_or(u32::MAX)),
                         Err(_) => errors += 1,
                     }
                 }
@@ -283,7 +306,11 @@ fn summarise(args: &BenchArgs, mut latencies: Vec<u32>, errors: u64, seconds: f6
         if latencies.is_empty() {
             return 0;
         }
-        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss, clippy::cast_precision_loss)]
+        #[allow(
+            clippy::cast_possible_truncation,
+            clippy::cast_sign_loss,
+            clippy::cast_precision_loss
+        )]
         let idx = ((latencies.len() as f64 * p).ceil() as usize).clamp(1, latencies.len()) - 1;
         u64::from(latencies[idx])
     };
@@ -352,7 +379,10 @@ async fn setup_trees(args: &BenchArgs, channel: Channel) -> Result<Vec<String>, 
 }
 
 /// Opens a tree watch and waits for `synced`, so the stream is established.
-async fn open_watch(channel: Channel, root: String) -> Result<tonic::Streaming<pb::WatchResponse>, tonic::Status> {
+async fn open_watch(
+    channel: Channel,
+    root: String,
+) -> Result<tonic::Streaming<pb::WatchResponse>, tonic::Status> {
     let mut stream = WatchServiceClient::new(channel)
         .watch(pb::WatchRequest {
             target: Some(pb::watch_request::Target::SessionTree(root)),
@@ -379,7 +409,9 @@ fn micros_now() -> i64 {
         .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
 }
 
-async fn watch_fanout(args: &BenchArgs) -> Result<Report, Box<dyn std::error::Error + Send + Sync>> {
+async fn watch_fanout(
+    args: &BenchArgs,
+) -> Result<Report, Box<dyn std::error::Error + Send + Sync>> {
     let connections = connect(&args.addr, (args.watchers / 100).max(1)).await?;
     let subs = setup_trees(args, connections[0].clone()).await?;
     let start = Instant::now();
@@ -393,7 +425,9 @@ async fn watch_fanout(args: &BenchArgs) -> Result<Report, Box<dyn std::error::Er
             let mut latencies = Vec::new();
             // Delivery latency: receive time minus the commit batch's time
             // recorded in the plan (same clock: same machine).
-            while let Ok(Ok(Some(msg))) = tokio::time::timeout_at(end.into(), stream.message()).await {
+            while let Ok(Ok(Some(msg))) =
+                tokio::time::timeout_at(end.into(), stream.message()).await
+            {
                 if let Some(pb::watch_response::Kind::Event(e)) = msg.kind
                     && let Some(pb::event::Object::Plan(p)) = e.object
                     && let Some(t) = p.update_time
@@ -413,7 +447,8 @@ async fn watch_fanout(args: &BenchArgs) -> Result<Report, Box<dyn std::error::Er
     let subs_for_writer = subs.clone();
     let payload = args.payload;
     let writer = tokio::spawn(async move {
-        let period = Duration::from_secs_f64(1.0 / f64::from(u32::try_from(rate).unwrap_or(u32::MAX)));
+        let period =
+            Duration::from_secs_f64(1.0 / f64::from(u32::try_from(rate).unwrap_or(u32::MAX)));
         let mut tick = tokio::time::interval(period);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
         let mut n = 0u64;
@@ -421,7 +456,8 @@ async fn watch_fanout(args: &BenchArgs) -> Result<Report, Box<dyn std::error::Er
         while Instant::now() < end {
             tick.tick().await;
             let mut client = PlanServiceClient::new(writer_channel.clone());
-            let sub = subs_for_writer[usize::try_from(n).unwrap_or(0) % subs_for_writer.len()].clone();
+            let sub =
+                subs_for_writer[usize::try_from(n).unwrap_or(0) % subs_for_writer.len()].clone();
             n += 1;
             let items = plan_items(payload, n);
             inflight.spawn(async move {
@@ -446,13 +482,20 @@ async fn watch_fanout(args: &BenchArgs) -> Result<Report, Box<dyn std::error::Er
     }
     let mut report = summarise(args, all, 0, args.duration.as_secs_f64());
     report.concurrency = args.watchers;
-    report.label = format!("{} ({} updates sent, {} trees)", args.label, written, subs.len())
-        .trim()
-        .to_string();
+    report.label = format!(
+        "{} ({} updates sent, {} trees)",
+        args.label,
+        written,
+        subs.len()
+    )
+    .trim()
+    .to_string();
     Ok(report)
 }
 
-async fn watch_memory(args: &BenchArgs) -> Result<Report, Box<dyn std::error::Error + Send + Sync>> {
+async fn watch_memory(
+    args: &BenchArgs,
+) -> Result<Report, Box<dyn std::error::Error + Send + Sync>> {
     let pid = args.server_pid.ok_or("watch-memory needs --server-pid")?;
     let connections = connect(&args.addr, (args.watchers / 100).max(1)).await?;
     let subs = setup_trees(
@@ -474,7 +517,8 @@ async fn watch_memory(args: &BenchArgs) -> Result<Report, Box<dyn std::error::Er
     tokio::time::sleep(Duration::from_millis(500)).await;
     let (after, peak) = server_memory(pid);
     let after = after.ok_or("cannot read server memory")?;
-    let per_stream = after.saturating_sub(before) * 1024 / u64::try_from(args.watchers.max(1)).unwrap_or(1);
+    let per_stream =
+        after.saturating_sub(before) * 1024 / u64::try_from(args.watchers.max(1)).unwrap_or(1);
     drop(streams);
     Ok(Report {
         label: args.label.clone(),

@@ -1,37 +1,42 @@
 //! Live progress: fan-out of committed revisions to watchers, catch-up from
 //! the event log, and `Wait`.
 //!
-//! A watch is a stream, not a task: it holds a broadcast receiver of
-//! committed revisions and the next revision it owes its client (`next`).
-//!
 //! ```text
-//!            subscribe first ─┐
-//!  snapshot at R (optional) ──┼─▶ next = R + 1
-//!                             ▼
-//!   ┌──────────▶ behind? (next <= committed) ── read the log from `next` ─┐
-//!   │                         │ no                                        │
-//!   │            live.recv(): rev == next → deliver; rev < next → skip;   │
-//!   │                         rev > next or Lagged → back to the log      │
-//!   └─────────────────────────┴───────────────────────────────────────────┘
+//!  writer thread ── commit ──▶ Hub::dispatch(revisions)
+//!                                │ index: tree root / session / agent / all
+//!                                │ try_send to the few watchers each event concerns
+//!                                ▼
+//!          per-watcher buffer (bounded) ──▶ watch stream ──▶ gRPC
+//!                                ▲ full? the hub stops sending and flags it;
+//!                                │ the stream reads the log from its own
+//!                                │ position, then resyncs with the hub
 //! ```
 //!
-//! So events arrive in revision order, none twice, none missing, and a
-//! revision's events are sent together. The broadcast ring is shared and
-//! bounded: a watcher that falls behind costs nothing extra and never
-//! blocks the writer; it reads the log instead, or ends with
-//! `REVISION_COMPACTED` when the log no longer reaches back to `next`.
-//! Read transactions are opened per catch-up chunk, never held for the
-//! life of a stream.
+//! The hub is indexed by target, so a revision costs a few hash lookups and
+//! wakes only the watchers it concerns, whether 10 or 10,000 streams are
+//! open. It never blocks: a watcher that cannot keep up is flagged and
+//! stops receiving; the stream then reads the log from the revision it owes
+//! its client (`next`), asks the hub, under the hub's lock, which revision
+//! it has dispatched (`D`), replays the log up to `D`, and takes live
+//! revisions after `D` from its buffer again. Everything up to `D` is in the
+//! log because the hub dispatches only committed revisions. So events arrive
+//! in revision order, none twice, none missing, a revision's events
+//! together, and a watcher too far behind ends with `REVISION_COMPACTED`.
+//! Read transactions are opened per catch-up chunk, never held for the life
+//! of a stream.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use tokio::sync::broadcast::error::RecvError;
+use tokio::sync::mpsc;
+use tokio::sync::mpsc::error::TryRecvError;
 use tokio_stream::Stream;
 
 use crate::domain::session::Session;
 use crate::error::{Error, Result};
-use crate::store::records::{Event, EventKind, PlanRecord};
+use crate::store::records::{Event, EventKind, PlanRecord, Revision};
 use crate::store::{ReadView, Store, ops};
 
 /// Revisions read from the log per catch-up step.
@@ -47,6 +52,8 @@ pub enum Target {
     Tree(String),
     /// One agent's todo list.
     Agent(String),
+    /// Several sessions (for `Wait`).
+    Sessions(BTreeSet<String>),
     /// Everything.
     All,
 }
@@ -63,8 +70,195 @@ impl Target {
                     EventKind::TodosUpdated | EventKind::TodosCleared
                 ) && event.agent_id == *agent
             }
+            Target::Sessions(ids) => ids.contains(&event.session_id),
             Target::All => true,
         }
+    }
+
+    /// The hub index keys this target is filed under.
+    fn keys(&self) -> Vec<Key> {
+        match self {
+            Target::Session(id) => vec![Key::Session(id.clone())],
+            Target::Tree(root) => vec![Key::Tree(root.clone())],
+            Target::Agent(agent) => vec![Key::Agent(agent.clone())],
+            Target::Sessions(ids) => ids.iter().cloned().map(Key::Session).collect(),
+            Target::All => vec![Key::All],
+        }
+    }
+}
+
+/// Where the hub files a watcher.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum Key {
+    Session(String),
+    Tree(String),
+    Agent(String),
+    All,
+}
+
+/// One registered watcher, as the hub sees it.
+#[derive(Debug)]
+struct Slot {
+    id: u64,
+    tx: mpsc::Sender<Arc<Revision>>,
+    /// Set by the hub (under its lock) when the buffer was full; from then
+    /// on the hub sends this watcher nothing until it resyncs.
+    overflowed: AtomicBool,
+}
+
+#[derive(Debug, Default)]
+struct Registry {
+    next_id: u64,
+    slots: HashMap<Key, Vec<Arc<Slot>>>,
+}
+
+/// Fans committed revisions out to the watchers they concern.
+#[derive(Debug)]
+pub struct Hub {
+    registry: Mutex<Registry>,
+    /// Last revision fully dispatched; stored inside the lock, after the
+    /// sends, so a reader that loads it and then finds its buffer empty
+    /// has received everything up to it.
+    dispatched: AtomicU64,
+    buffer: usize,
+}
+
+impl Hub {
+    /// A hub whose watchers start after `revision`, each buffering up to
+    /// `buffer` revisions.
+    pub fn new(revision: u64, buffer: usize) -> Self {
+        Hub {
+            registry: Mutex::new(Registry::default()),
+            dispatched: AtomicU64::new(revision),
+            buffer: buffer.max(1),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Registry> {
+        self.registry.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Last revision fully dispatched.
+    pub fn dispatched(&self) -> u64 {
+        self.dispatched.load(Ordering::Acquire)
+    }
+
+    /// Registers a watcher. Revisions after the returned one arrive through
+    /// the subscription; earlier ones are in the log.
+    pub fn subscribe(self: &Arc<Self>, target: &Target) -> (Subscription, u64) {
+        let (tx, rx) = mpsc::channel(self.buffer);
+        let mut reg = self.lock();
+        reg.next_id += 1;
+        let slot = Arc::new(Slot {
+            id: reg.next_id,
+            tx,
+            overflowed: AtomicBool::new(false),
+        });
+        let keys = target.keys();
+        for key in &keys {
+            reg.slots
+                .entry(key.clone())
+                .or_default()
+                .push(Arc::clone(&slot));
+        }
+        let at = self.dispatched();
+        drop(reg);
+        (
+            Subscription {
+                hub: Arc::clone(self),
+                slot,
+                keys,
+                rx,
+            },
+            at,
+        )
+    }
+
+    /// Called by the writer after each commit, with its revisions in order.
+    /// Never blocks on a watcher.
+    pub fn dispatch(&self, revisions: &[Arc<Revision>]) {
+        let reg = self.lock();
+        let mut hits: Vec<&Arc<Slot>> = Vec::new();
+        for rev in revisions {
+            hits.clear();
+            let mut add = |key: &Key| {
+                if let Some(slots) = reg.slots.get(key) {
+                    for s in slots {
+                        if !hits.iter().any(|h| h.id == s.id) {
+                            hits.push(s);
+                        }
+                    }
+                }
+            };
+            add(&Key::All);
+            for e in &rev.events {
+                if e.session_id.is_empty() {
+                    if !e.agent_id.is_empty() {
+                        add(&Key::Agent(e.agent_id.clone()));
+                    }
+                    continue;
+                }
+                add(&Key::Session(e.session_id.clone()));
+                add(&Key::Tree(e.session_id.clone()));
+                for a in e.ancestors.iter().chain(&e.previous_ancestors) {
+                    add(&Key::Tree(a.clone()));
+                }
+            }
+            for slot in &hits {
+                if slot.overflowed.load(Ordering::Relaxed) {
+                    continue;
+                }
+                if let Err(mpsc::error::TrySendError::Full(_)) = slot.tx.try_send(Arc::clone(rev)) {
+                    slot.overflowed.store(true, Ordering::Release);
+                }
+            }
+            self.dispatched.store(rev.revision, Ordering::Release);
+        }
+    }
+
+    /// Clears a watcher's overflow and returns the revision from which the
+    /// hub sends it revisions again (exclusive): everything up to it is in
+    /// the log.
+    fn resync(&self, slot: &Slot) -> u64 {
+        let _reg = self.lock();
+        slot.overflowed.store(false, Ordering::Release);
+        self.dispatched()
+    }
+
+    fn unsubscribe(&self, slot: &Slot, keys: &[Key]) {
+        let mut reg = self.lock();
+        for key in keys {
+            if let Some(list) = reg.slots.get_mut(key) {
+                list.retain(|s| s.id != slot.id);
+                if list.is_empty() {
+                    reg.slots.remove(key);
+                }
+            }
+        }
+    }
+
+    /// Watchers registered now (for metrics and tests).
+    pub fn watchers(&self) -> usize {
+        let reg = self.lock();
+        let mut ids: Vec<u64> = reg.slots.values().flatten().map(|s| s.id).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        ids.len()
+    }
+}
+
+/// A watcher's registration; unregisters on drop (client gone).
+#[derive(Debug)]
+pub struct Subscription {
+    hub: Arc<Hub>,
+    slot: Arc<Slot>,
+    keys: Vec<Key>,
+    rx: mpsc::Receiver<Arc<Revision>>,
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        self.hub.unsubscribe(&self.slot, &self.keys);
     }
 }
 
@@ -157,22 +351,48 @@ fn ensure_retained(v: &dyn ReadView, requested: u64) -> Result<()> {
     Ok(())
 }
 
+/// Reads the log from `next` through `upto` and returns the items for
+/// `target`, with `next` moved past `upto`.
+async fn read_log(store: &Store, target: &Target, next: &mut u64, upto: u64) -> Result<Vec<Item>> {
+    let mut items = Vec::new();
+    while *next <= upto {
+        let from = *next;
+        let revs = store
+            .read(move |v| {
+                ensure_retained(v, from)?;
+                v.revisions_from(from, CATCH_UP_CHUNK)
+            })
+            .await?;
+        if revs.first().is_none_or(|r| r.revision != from) {
+            // The log holds every dispatched revision it has not compacted;
+            // anything else is corruption, not a gap to skip.
+            return Err(Error::Storage(format!("event log has no revision {from}")));
+        }
+        for rev in revs.into_iter().take_while(|r| r.revision <= upto) {
+            items.extend(select(target, rev.revision, &rev.events));
+            *next = rev.revision + 1;
+        }
+    }
+    Ok(items)
+}
+
 /// The watch stream. It ends with an error item on compaction, storage
-/// failure or shutdown; dropping it (client gone) ends it silently.
+/// failure or shutdown; dropping it (client gone) unregisters it.
 pub fn watch(
     store: Store,
     target: Target,
     start: Start,
     progress_interval: Duration,
 ) -> impl Stream<Item = Result<Item>> + Send + 'static {
-    // Subscribe before anything is read, so no commit falls between the
-    // read and the live feed; and do it now, not at the first poll, so
-    // "from now" means from the call.
-    let mut live = store.subscribe();
-    let now = store.revision() + 1;
+    // Register now, not at the first poll: "from now" means from the call,
+    // and nothing committed between a read and the live feed is missed.
+    let (mut sub, registered) = store.hub().subscribe(&target);
     async_stream::stream! {
+        // `next`: the first revision not yet delivered. `upto`: revisions
+        // through it come from the log, later ones from the hub.
+        let mut upto = registered;
         let mut next = match start {
-            Start::Now => now,
+            Start::Now => registered + 1,
             Start::From(r) => r.max(1),
             Start::Snapshot => {
                 let t = target.clone();
@@ -195,67 +415,67 @@ pub fn watch(
         let mut heartbeat = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
         heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
-            // Behind the committed revision: read the log.
-            while next <= store.revision() {
-                let from = next;
-                let chunk = store
-                    .read(move |v| {
-                        ensure_retained(v, from)?;
-                        v.revisions_from(from, CATCH_UP_CHUNK)
-                    })
-                    .await;
-                let revs = match chunk {
-                    Ok(revs) => revs,
-                    Err(e) => {
-                        yield Err(e);
-                        return;
-                    }
-                };
-                if revs.first().is_none_or(|r| r.revision != from) {
-                    // The log must hold every committed revision it has not
-                    // compacted; anything else is corruption, not a gap to skip.
-                    yield Err(Error::Storage(format!("event log has no revision {from}")));
-                    return;
-                }
-                for rev in revs {
-                    let items = select(&target, rev.revision, &rev.events);
-                    if !items.is_empty() {
-                        heartbeat.reset();
-                    }
-                    for item in items {
-                        yield Ok(item);
-                    }
-                    next = rev.revision + 1;
-                }
-            }
-            tokio::select! {
-                received = live.recv() => match received {
-                    Ok(rev) if rev.revision == next => {
-                        let items = select(&target, rev.revision, &rev.events);
+            if next <= upto {
+                match read_log(&store, &target, &mut next, upto).await {
+                    Ok(items) => {
                         if !items.is_empty() {
                             heartbeat.reset();
                         }
                         for item in items {
                             yield Ok(item);
                         }
-                        next += 1;
                     }
-                    // Already delivered from the log.
-                    Ok(rev) if rev.revision < next => {}
-                    // A gap: the loop top reads the log.
-                    Ok(_) => {}
-                    Err(RecvError::Lagged(missed)) => {
-                        tracing::debug!(missed, next, "watcher fell behind the live feed; reading the log");
-                    }
-                    Err(RecvError::Closed) => {
-                        yield Err(Error::ShuttingDown);
+                    Err(e) => {
+                        yield Err(e);
                         return;
                     }
-                },
-                _ = heartbeat.tick() => {
-                    yield Ok(Item::Progress(next - 1));
                 }
             }
+            let rev = match sub.rx.try_recv() {
+                Ok(rev) => rev,
+                Err(TryRecvError::Disconnected) => {
+                    yield Err(Error::ShuttingDown);
+                    return;
+                }
+                Err(TryRecvError::Empty) => {
+                    if sub.slot.overflowed.load(Ordering::Acquire) {
+                        // Everything the hub kept from us is in the log.
+                        upto = sub.hub.resync(&sub.slot);
+                        tracing::debug!(next, upto, "watcher overflowed; reading the log");
+                        continue;
+                    }
+                    tokio::select! {
+                        received = sub.rx.recv() => match received {
+                            Some(rev) => rev,
+                            None => {
+                                yield Err(Error::ShuttingDown);
+                                return;
+                            }
+                        },
+                        _ = heartbeat.tick() => {
+                            // Load first, then look: an empty buffer after the
+                            // load means everything through it was delivered.
+                            let dispatched = sub.hub.dispatched();
+                            if sub.rx.is_empty() && !sub.slot.overflowed.load(Ordering::Acquire) {
+                                next = next.max(dispatched + 1);
+                                yield Ok(Item::Progress(next - 1));
+                            }
+                            continue;
+                        }
+                    }
+                }
+            };
+            if rev.revision < next {
+                continue; // delivered from the log already
+            }
+            let items = select(&target, rev.revision, &rev.events);
+            if !items.is_empty() {
+                heartbeat.reset();
+            }
+            for item in items {
+                yield Ok(item);
+            }
+            next = rev.revision + 1;
         }
     }
 }
@@ -287,6 +507,14 @@ fn snapshot(v: &dyn ReadView, target: &Target) -> Result<(Vec<Item>, u64)> {
             if let Some(s) = v.session(id)? {
                 let chain = ops::ancestors(v, s.parent_session_id.as_deref())?;
                 push_session(v, s, chain, &mut items)?;
+            }
+        }
+        Target::Sessions(ids) => {
+            for id in ids {
+                if let Some(s) = v.session(id)? {
+                    let chain = ops::ancestors(v, s.parent_session_id.as_deref())?;
+                    push_session(v, s, chain, &mut items)?;
+                }
             }
         }
         Target::Tree(root) => {
@@ -382,9 +610,14 @@ pub async fn wait(
     condition: Condition,
     timeout: Duration,
 ) -> Result<WaitOutcome> {
-    let mut live = store.subscribe();
     let deadline = tokio::time::Instant::now() + timeout;
-    let (plans, complete, ids, start) = read_target(store, &target).await?;
+    let hub_target = match &target {
+        WaitTarget::Tree(root) => Target::Tree(root.clone()),
+        WaitTarget::Sessions(ids) => Target::Sessions(ids.iter().cloned().collect()),
+    };
+    // Subscribe before reading, so a change between the two is not missed.
+    let (mut sub, _) = store.hub().subscribe(&hub_target);
+    let (plans, complete, start) = read_target(store, &target).await?;
     if condition == Condition::AllPlansCompleted && complete {
         return Ok(WaitOutcome {
             satisfied: true,
@@ -392,35 +625,26 @@ pub async fn wait(
             plans,
         });
     }
-    let mut watched: BTreeSet<String> = ids;
     drop(plans);
-    let mut seen = start;
     loop {
-        let touched = tokio::select! {
-            received = live.recv() => match received {
-                Ok(rev) => {
-                    if rev.revision <= seen {
-                        false
-                    } else {
-                        seen = rev.revision;
-                        rev.events.iter().any(|e| touches(&target, &watched, e))
-                    }
-                }
-                // Missed revisions: re-read and decide from the state.
-                Err(RecvError::Lagged(_)) => true,
-                Err(RecvError::Closed) => return Err(Error::ShuttingDown),
+        tokio::select! {
+            received = sub.rx.recv() => match received {
+                // A change the target may care about, or already read.
+                Some(rev) if rev.revision > start || sub.slot.overflowed.load(Ordering::Acquire) => {}
+                Some(_) => continue,
+                None => return Err(Error::ShuttingDown),
             },
             () = tokio::time::sleep_until(deadline) => {
-                let (plans, complete, _, revision) = read_target(store, &target).await?;
+                let (plans, complete, revision) = read_target(store, &target).await?;
                 let satisfied = condition == Condition::AllPlansCompleted && complete;
                 return Ok(WaitOutcome { satisfied, revision, plans });
             }
-        };
-        if !touched {
-            continue;
         }
-        let (plans, complete, ids, revision) = read_target(store, &target).await?;
-        watched = ids;
+        // Decide from the state, not the event: several changes may have
+        // landed, and a full buffer only means "look again".
+        sub.hub.resync(&sub.slot);
+        while sub.rx.try_recv().is_ok() {}
+        let (plans, complete, revision) = read_target(store, &target).await?;
         let satisfied = match condition {
             Condition::AllPlansCompleted => complete,
             Condition::AnyChange => revision > start,
@@ -435,19 +659,9 @@ pub async fn wait(
     }
 }
 
-fn touches(target: &WaitTarget, watched: &BTreeSet<String>, e: &Event) -> bool {
-    match target {
-        WaitTarget::Tree(root) => e.in_tree(root),
-        WaitTarget::Sessions(_) => watched.contains(&e.session_id),
-    }
-}
-
-/// Plans of the target, whether all are complete, the session ids, and the
-/// revision, from one snapshot.
-async fn read_target(
-    store: &Store,
-    target: &WaitTarget,
-) -> Result<(Vec<PlanRecord>, bool, BTreeSet<String>, u64)> {
+/// Plans of the target, whether all are complete, and the revision, from
+/// one snapshot.
+async fn read_target(store: &Store, target: &WaitTarget) -> Result<(Vec<PlanRecord>, bool, u64)> {
     let target = target.clone();
     store
         .read(move |v| {
@@ -482,7 +696,7 @@ async fn read_target(
             if plans.iter().all(|p| p.revision == 0) {
                 complete = false;
             }
-            Ok((plans, complete, ids.into_iter().collect(), revision))
+            Ok((plans, complete, revision))
         })
         .await
 }

@@ -93,10 +93,16 @@ impl PlanApi {
             });
         }
         let ((), record, revision) = self
-            .mutate(bytes, session_id, expected_revision, true, move |plan, _, _| {
-                plan.checklist = apply_update(&plan.checklist, update);
-                Ok(((), Vec::new()))
-            })
+            .mutate(
+                bytes,
+                session_id,
+                expected_revision,
+                true,
+                move |plan, _, _| {
+                    plan.checklist = apply_update(&plan.checklist, update);
+                    Ok(((), Vec::new()))
+                },
+            )
             .await?;
         let checklist = record.plan.checklist;
         Ok(pb::UpdatePlanResponse {
@@ -390,10 +396,16 @@ impl PlanApi {
             expected_revision,
         } = req;
         let ((), record, revision) = self
-            .mutate(0, session_id, expected_revision, false, move |plan, _, _| {
-                plan.approve_modification(modification_id)?;
-                Ok(((), Vec::new()))
-            })
+            .mutate(
+                0,
+                session_id,
+                expected_revision,
+                false,
+                move |plan, _, _| {
+                    plan.approve_modification(modification_id)?;
+                    Ok(((), Vec::new()))
+                },
+            )
             .await?;
         Ok(pb::ApproveModificationResponse {
             status: Some(convert::plan_status(&record)),
@@ -411,10 +423,16 @@ impl PlanApi {
             expected_revision,
         } = req;
         let ((), record, revision) = self
-            .mutate(0, session_id, expected_revision, false, move |plan, _, _| {
-                plan.reject_modification(modification_id)?;
-                Ok(((), Vec::new()))
-            })
+            .mutate(
+                0,
+                session_id,
+                expected_revision,
+                false,
+                move |plan, _, _| {
+                    plan.reject_modification(modification_id)?;
+                    Ok(((), Vec::new()))
+                },
+            )
             .await?;
         Ok(pb::RejectModificationResponse {
             status: Some(convert::plan_status(&record)),

@@ -38,7 +38,9 @@ impl SessionApi {
         let (s, revision) = self
             .state
             .store
-            .write_sized(bytes, move |ctx| ops::create_session(ctx, s, &policy.limits))
+            .write_sized(bytes, move |ctx| {
+                ops::create_session(ctx, s, &policy.limits)
+            })
             .await?;
         Ok(pb::CreateSessionResponse {
             session: Some(s.into()),
@@ -133,7 +135,9 @@ impl SessionApi {
         let (s, revision) = self
             .state
             .store
-            .write_sized(bytes, move |ctx| ops::update_session(ctx, &session_id, patch, &policy.limits))
+            .write_sized(bytes, move |ctx| {
+                ops::update_session(ctx, &session_id, patch, &policy.limits)
+            })
             .await?;
         Ok(pb::UpdateSessionResponse {
             session: Some(s.into()),

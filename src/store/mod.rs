@@ -6,7 +6,7 @@
 //!                                                 │ run each op in ONE write txn
 //!                                                 │ commit (Durability::Immediate)
 //!                                                 ├──▶ reply to each op
-//!                                                 └──▶ publish committed revisions
+//!                                                 └──▶ hand committed revisions to the watch hub
 //!  RPC handlers ──read(f)──▶ spawn_blocking ──▶ redb read txn (never blocks the writer)
 //! ```
 //!
@@ -29,7 +29,7 @@ use std::thread::JoinHandle;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use redb::{Database, Durability, ReadableDatabase};
-use tokio::sync::{broadcast, mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot};
 
 pub use backend::{ReadView, WriteView};
 use backend::{RedbView, RedbWrite};
@@ -37,6 +37,7 @@ use records::{Event, Revision};
 
 use crate::domain::Micros;
 use crate::error::{Error, Result};
+use crate::watch::Hub;
 
 /// What an op counts against the byte budget at least (keys, record
 /// overhead, the log entry), whatever its declared size.
@@ -58,8 +59,9 @@ pub struct StoreOptions {
     pub commit_bytes: usize,
     /// Mutations waiting for the writer before callers wait (backpressure).
     pub queue_depth: usize,
-    /// Committed revisions buffered for live watchers.
-    pub broadcast_capacity: usize,
+    /// Committed revisions buffered per live watcher before it must catch
+    /// up from the log.
+    pub watch_buffer: usize,
 }
 
 impl StoreOptions {
@@ -70,7 +72,7 @@ impl StoreOptions {
             commit_batch: 256,
             commit_bytes: 8 * 1024 * 1024,
             queue_depth: 4096,
-            broadcast_capacity: 4096,
+            watch_buffer: 128,
         }
     }
 }
@@ -132,7 +134,7 @@ struct Inner {
     db: Arc<Database>,
     jobs: mpsc::Sender<Job>,
     writer: Mutex<Option<JoinHandle<()>>>,
-    committed: broadcast::Sender<Arc<Revision>>,
+    hub: Arc<Hub>,
     revision: Arc<AtomicU64>,
     path: PathBuf,
 }
@@ -165,10 +167,10 @@ impl Store {
         };
         let revision = Arc::new(AtomicU64::new(start));
         let (jobs, rx) = mpsc::channel(opts.queue_depth.max(1));
-        let (committed, _) = broadcast::channel(opts.broadcast_capacity.max(1));
+        let hub = Arc::new(Hub::new(start, opts.watch_buffer));
         let writer = {
             let db = Arc::clone(&db);
-            let committed = committed.clone();
+            let hub = Arc::clone(&hub);
             let revision = Arc::clone(&revision);
             let limits = BatchLimits {
                 ops: opts.commit_batch.max(1),
@@ -176,7 +178,7 @@ impl Store {
             };
             std::thread::Builder::new()
                 .name("cairn-writer".into())
-                .spawn(move || writer_loop(&db, rx, limits, &committed, &revision))
+                .spawn(move || writer_loop(&db, rx, limits, &hub, &revision))
                 .map_err(|e| Error::Storage(format!("spawn writer: {e}")))?
         };
         Ok(Store {
@@ -184,7 +186,7 @@ impl Store {
                 db,
                 jobs,
                 writer: Mutex::new(Some(writer)),
-                committed,
+                hub,
                 revision,
                 path,
             }),
@@ -201,10 +203,9 @@ impl Store {
         self.inner.revision.load(Ordering::Acquire)
     }
 
-    /// Live feed of committed revisions, in order. A receiver that lags
-    /// gets `Lagged` and must catch up from the log.
-    pub fn subscribe(&self) -> broadcast::Receiver<Arc<Revision>> {
-        self.inner.committed.subscribe()
+    /// The fan-out of committed revisions to watchers.
+    pub fn hub(&self) -> &Arc<Hub> {
+        &self.inner.hub
     }
 
     /// Runs `op` in the writer's transaction and answers once the commit
@@ -298,7 +299,7 @@ fn writer_loop(
     db: &Database,
     mut rx: mpsc::Receiver<Job>,
     limits: BatchLimits,
-    committed: &broadcast::Sender<Arc<Revision>>,
+    hub: &Hub,
     revision: &AtomicU64,
 ) {
     let mut last_now = 0;
@@ -328,7 +329,7 @@ fn writer_loop(
         if !ops.is_empty() {
             // Time never goes backwards in stored records, even if the clock does.
             last_now = now_micros().max(last_now);
-            commit_batch(db, ops.drain(..), last_now, committed, revision);
+            commit_batch(db, ops.drain(..), last_now, hub, revision);
         }
         if shutdown {
             // Answer anything still queued instead of leaving callers hanging.
@@ -340,7 +341,7 @@ fn writer_loop(
             }
             if !ops.is_empty() {
                 last_now = now_micros().max(last_now);
-                commit_batch(db, ops.drain(..), last_now, committed, revision);
+                commit_batch(db, ops.drain(..), last_now, hub, revision);
             }
             return;
         }
@@ -351,7 +352,7 @@ fn commit_batch(
     db: &Database,
     ops: impl Iterator<Item = Op>,
     now: Micros,
-    committed: &broadcast::Sender<Arc<Revision>>,
+    hub: &Hub,
     revision: &AtomicU64,
 ) {
     let start = revision.load(Ordering::Acquire);
@@ -412,10 +413,9 @@ fn commit_batch(
         Err(e)
     } else {
         revision.store(end, Ordering::Release);
-        for rev in staged {
-            // No receivers is fine: nobody is watching.
-            let _ = committed.send(rev);
-        }
+        // Never blocks: a watcher whose buffer is full is told to catch up
+        // from the log instead.
+        hub.dispatch(&staged);
         Ok(())
     };
     for finish in finishers {

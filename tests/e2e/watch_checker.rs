@@ -3,7 +3,7 @@
 //! Random concurrent writers (sessions, moves, deletes, plans, plan mode,
 //! todos) and several watchers with random targets that disconnect and
 //! resume at random, one of them deliberately slow, against a server whose
-//! live broadcast ring is tiny so that lagging and log catch-up happen all
+//! per-watcher live buffer is tiny so that overflow and log catch-up happen all
 //! the time. Afterwards the committed history is replayed from the log and
 //! run through an independent model of the session tree; every watcher's
 //! stream must equal the model's answer for its target: ordered, unique,
@@ -53,7 +53,7 @@ async fn watch_streams_match_a_replay_of_history() {
     let ops = env_or("CAIRN_CHECKER_OPS", 40);
     let seed = env_or("CAIRN_CHECKER_SEED", fastrand::u64(..));
     eprintln!("watch checker: CAIRN_CHECKER_SEED={seed} CAIRN_CHECKER_OPS={ops}");
-    let server = TestServer::start_config(|c| c.store.broadcast_capacity = 4).await;
+    let server = TestServer::start_config(|c| c.store.watch_buffer = 2).await;
     let channel = server.channel().await;
     let mut sessions = pb::session_service_client::SessionServiceClient::new(channel.clone());
     for root in ["r0", "r1"] {
