@@ -15,20 +15,22 @@ def find(prefix):
     return None
 
 
-print("| scenario | clients | ops/s | p50 ms | p99 ms | p99.9 ms | server peak RSS MiB |")
-print("|---|---:|---:|---:|---:|---:|---:|")
+print("| scenario | clients | ops/s | p50 ms | p99 ms | p99.9 ms | server CPU µs/op | server peak RSS MiB |")
+print("|---|---:|---:|---:|---:|---:|---:|---:|")
 for r in rows:
     if r["scenario"] == "WatchMemory":
         print(
-            f"| {r['label']} | {r['concurrency']} | | | | | {r['server_rss_kb'] / 1024:.0f} "
+            f"| {r['label']} | {r['concurrency']} | | | | | | {r['server_rss_kb'] / 1024:.0f} "
             f"(**{r['bytes_per_stream'] / 1024:.1f} KiB per stream**) |"
         )
         continue
     peak = r.get("server_peak_rss_kb")
     peak = f"{peak / 1024:.0f}" if peak else ""
+    cpu = r.get("server_cpu_us_per_op")
+    cpu = f"{cpu:.1f}" if cpu else ""
     print(
         f"| {r['label']} | {r['concurrency']} | {r['ops_per_sec']:,.0f} | {r['p50_us'] / 1000:.2f} | "
-        f"{r['p99_us'] / 1000:.2f} | {r['p999_us'] / 1000:.2f} | {peak} |"
+        f"{r['p99_us'] / 1000:.2f} | {r['p999_us'] / 1000:.2f} | {cpu} | {peak} |"
     )
 
 health, upd, get = find("health"), find("UpdatePlan, group"), find("GetPlan")

@@ -102,6 +102,20 @@ pub struct Report {
     pub server_peak_rss_kb: Option<u64>,
     /// Watch memory: server bytes per open idle stream.
     pub bytes_per_stream: Option<u64>,
+    /// Server CPU time (user + system) per operation while measuring.
+    pub server_cpu_us_per_op: Option<f64>,
+}
+
+/// CPU time a process has used so far, in microseconds, from /proc.
+pub fn server_cpu_us(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name (which may contain spaces).
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let utime: u64 = fields.get(11)?.parse().ok()?;
+    let stime: u64 = fields.get(12)?.parse().ok()?;
+    // Linux reports in clock ticks of 1/100 s on every common configuration.
+    Some((utime + stime) * 10_000)
 }
 
 /// Runs a scenario and prints its report as JSON.
@@ -263,6 +277,16 @@ async fn request_loop(
     let start = Instant::now();
     let measure_from = start + args.warmup;
     let end = measure_from + args.duration;
+    let cpu_probe = args.server_pid.map(|pid| {
+        tokio::spawn(async move {
+            tokio::time::sleep_until(measure_from.into()).await;
+            let before = server_cpu_us(pid);
+            tokio::time::sleep_until(end.into()).await;
+            before
+                .zip(server_cpu_us(pid))
+                .map(|(b, a)| a.saturating_sub(b))
+        })
+    });
     let mut tasks = Vec::with_capacity(args.concurrency);
     for i in 0..args.concurrency {
         let channel = channels[i % channels.len()].clone();
@@ -297,7 +321,16 @@ async fn request_loop(
         errors += e;
     }
     let seconds = args.duration.as_secs_f64();
-    Ok(summarise(args, all, errors, seconds))
+    let mut report = summarise(args, all, errors, seconds);
+    if let Some(probe) = cpu_probe
+        && let Some(cpu) = probe.await?
+        && report.ops > 0
+    {
+        #[allow(clippy::cast_precision_loss)]
+        let per_op = cpu as f64 / report.ops as f64;
+        report.server_cpu_us_per_op = Some(per_op);
+    }
+    Ok(report)
 }
 
 fn summarise(args: &BenchArgs, mut latencies: Vec<u32>, errors: u64, seconds: f64) -> Report {
@@ -333,6 +366,7 @@ fn summarise(args: &BenchArgs, mut latencies: Vec<u32>, errors: u64, seconds: f6
         server_rss_kb: rss,
         server_peak_rss_kb: peak,
         bytes_per_stream: None,
+        server_cpu_us_per_op: None,
     }
 }
 

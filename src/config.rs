@@ -190,7 +190,9 @@ mod tests {
         let cli =
             Cli::try_parse_from(["cairn", "serve", "--blocked-tools", "write_file, shell:rm"])
                 .unwrap();
-        let Command::Serve(args) = cli.command;
+        let Command::Serve(args) = cli.command else {
+            panic!("serve");
+        };
         assert_eq!(
             args.server_config().policy.blocked_tools,
             vec!["write_file", "shell:rm"]

@@ -7,7 +7,8 @@
 //!                                                 │ commit (Durability::Immediate)
 //!                                                 ├──▶ reply to each op
 //!                                                 └──▶ hand committed revisions to the watch hub
-//!  RPC handlers ──read(f)──▶ spawn_blocking ──▶ redb read txn (never blocks the writer)
+//!  RPC handlers ──read(f)──▶ reader threads: drain waiting reads, run them
+//!                            in one redb read txn (never blocks the writer)
 //! ```
 //!
 //! Every successful mutation gets its own revision (+1, store-wide) and one
@@ -62,6 +63,8 @@ pub struct StoreOptions {
     /// Committed revisions buffered per live watcher before it must catch
     /// up from the log.
     pub watch_buffer: usize,
+    /// Threads serving reads (0: one per core, at most 4).
+    pub reader_threads: usize,
 }
 
 impl StoreOptions {
@@ -73,6 +76,7 @@ impl StoreOptions {
             commit_bytes: 8 * 1024 * 1024,
             queue_depth: 4096,
             watch_buffer: 128,
+            reader_threads: 0,
         }
     }
 }
@@ -130,8 +134,15 @@ enum Job {
     Shutdown,
 }
 
+/// A read waiting for a reader thread; `None` tells a reader to stop.
+type ReadJob = Option<Box<dyn FnOnce(&dyn ReadView) + Send>>;
+
+/// Most reads one reader thread serves from one read transaction.
+const READ_BATCH: usize = 64;
+
 struct Inner {
-    db: Arc<Database>,
+    reads: crossbeam_channel::Sender<ReadJob>,
+    readers: Mutex<Vec<JoinHandle<()>>>,
     jobs: mpsc::Sender<Job>,
     writer: Mutex<Option<JoinHandle<()>>>,
     hub: Arc<Hub>,
@@ -181,9 +192,28 @@ impl Store {
                 .spawn(move || writer_loop(&db, rx, limits, &hub, &revision))
                 .map_err(|e| Error::Storage(format!("spawn writer: {e}")))?
         };
+        let (reads, read_rx) = crossbeam_channel::unbounded::<ReadJob>();
+        let n = match opts.reader_threads {
+            0 => std::thread::available_parallelism()
+                .map_or(1, std::num::NonZero::get)
+                .min(4),
+            n => n,
+        };
+        let mut readers = Vec::with_capacity(n);
+        for i in 0..n {
+            let db = Arc::clone(&db);
+            let rx = read_rx.clone();
+            readers.push(
+                std::thread::Builder::new()
+                    .name(format!("cairn-reader-{i}"))
+                    .spawn(move || reader_loop(&db, &rx))
+                    .map_err(|e| Error::Storage(format!("spawn reader: {e}")))?,
+            );
+        }
         Ok(Store {
             inner: Arc::new(Inner {
-                db,
+                reads,
+                readers: Mutex::new(readers),
                 jobs,
                 writer: Mutex::new(Some(writer)),
                 hub,
@@ -251,19 +281,24 @@ impl Store {
         rx.await.map_err(|_| Error::ShuttingDown)?
     }
 
-    /// Runs `f` on a read snapshot, off the async worker threads.
+    /// Runs `f` on a read snapshot, on a reader thread (never on the async
+    /// workers). Reads that arrive together share one read transaction, so
+    /// under load a reader wakes once per batch, not once per read.
     pub async fn read<T, F>(&self, f: F) -> Result<T>
     where
         T: Send + 'static,
         F: FnOnce(&dyn ReadView) -> Result<T> + Send + 'static,
     {
-        let db = Arc::clone(&self.inner.db);
-        tokio::task::spawn_blocking(move || {
-            let txn = db.begin_read()?;
-            f(&RedbView::Read(&txn))
-        })
-        .await
-        .map_err(|e| Error::Storage(format!("read task: {e}")))?
+        let (tx, rx) = oneshot::channel();
+        let job: ReadJob = Some(Box::new(move |view: &dyn ReadView| {
+            // The caller may have gone away; nothing to undo for a read.
+            let _ = tx.send(f(view));
+        }));
+        self.inner
+            .reads
+            .send(job)
+            .map_err(|_| Error::ShuttingDown)?;
+        rx.await.map_err(|_| Error::ShuttingDown)?
     }
 
     /// Finishes queued writes, stops the writer and waits for it. Later
@@ -276,9 +311,27 @@ impl Store {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .take();
-        if let Some(handle) = handle {
-            let _ = tokio::task::spawn_blocking(move || handle.join()).await;
+        let readers = std::mem::take(
+            &mut *self
+                .inner
+                .readers
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
+        for _ in &readers {
+            let _ = self.inner.reads.send(None);
         }
+        // Joined so that the database file is closed when this returns and
+        // can be opened again at once (a restart in the same process).
+        let _ = tokio::task::spawn_blocking(move || {
+            if let Some(handle) = handle {
+                let _ = handle.join();
+            }
+            for r in readers {
+                let _ = r.join();
+            }
+        })
+        .await;
     }
 }
 
@@ -293,6 +346,64 @@ pub(crate) fn now_micros() -> Micros {
 struct BatchLimits {
     ops: usize,
     bytes: usize,
+}
+
+fn reader_loop(db: &Database, rx: &crossbeam_channel::Receiver<ReadJob>) {
+    let mut jobs = Vec::with_capacity(READ_BATCH);
+    let mut stop = false;
+    while let Ok(Some(first)) = rx.recv() {
+        jobs.push(first);
+        for job in rx.try_iter().take(READ_BATCH - 1) {
+            match job {
+                Some(job) => jobs.push(job),
+                None => {
+                    stop = true;
+                    break;
+                }
+            }
+        }
+        match db.begin_read() {
+            Ok(txn) => {
+                let view = RedbView::Read(&txn);
+                for job in jobs.drain(..) {
+                    job(&view);
+                }
+            }
+            Err(e) => {
+                let err = Error::from(e);
+                for job in jobs.drain(..) {
+                    job(&FailedView(err.clone()));
+                }
+            }
+        }
+        if stop {
+            return;
+        }
+    }
+}
+
+/// Answers every read with the error that kept the transaction from opening.
+struct FailedView(Error);
+
+macro_rules! failed_view {
+    ($($name:ident($($arg:ty),*) -> $ret:ty;)*) => {
+        impl ReadView for FailedView {
+            $(fn $name(&self, $(_: $arg),*) -> Result<$ret> { Err(self.0.clone()) })*
+        }
+    };
+}
+
+failed_view! {
+    revision() -> u64;
+    compact_revision() -> u64;
+    session(&str) -> Option<crate::domain::session::Session>;
+    children(&str) -> Vec<String>;
+    sessions_after(Option<&str>, usize) -> records::SessionPage;
+    plan(&str) -> Option<records::PlanRecord>;
+    history(&str) -> Vec<crate::domain::plan_mode::HistoryEntry>;
+    todos(&str) -> Option<records::TodoRecord>;
+    all_todos() -> Vec<records::TodoRecord>;
+    revisions_from(u64, usize) -> Vec<Revision>;
 }
 
 fn writer_loop(
