@@ -445,13 +445,14 @@ pub fn watch(
                         continue;
                     }
                     tokio::select! {
-                        received = sub.rx.recv() => match received {
-                            Some(rev) => rev,
-                            None => {
+                        received = sub.rx.recv() => {
+                            if let Some(rev) = received {
+                                rev
+                            } else {
                                 yield Err(Error::ShuttingDown);
                                 return;
                             }
-                        },
+                        }
                         _ = heartbeat.tick() => {
                             // Load first, then look: an empty buffer after the
                             // load means everything through it was delivered.

@@ -354,12 +354,11 @@ fn reader_loop(db: &Database, rx: &crossbeam_channel::Receiver<ReadJob>) {
     while let Ok(Some(first)) = rx.recv() {
         jobs.push(first);
         for job in rx.try_iter().take(READ_BATCH - 1) {
-            match job {
-                Some(job) => jobs.push(job),
-                None => {
-                    stop = true;
-                    break;
-                }
+            if let Some(job) = job {
+                jobs.push(job);
+            } else {
+                stop = true;
+                break;
             }
         }
         match db.begin_read() {

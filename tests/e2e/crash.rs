@@ -110,7 +110,7 @@ async fn client(channel: Channel, c: usize, round: usize, stop: Arc<AtomicBool>)
             }
         } else {
             let mut items = five_steps();
-            items[0].step = text.clone();
+            items[0].step.clone_from(&text);
             match plans.update_plan(update(&session, items)).await {
                 Ok(r) => acks
                     .plans
