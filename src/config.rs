@@ -44,6 +44,9 @@ pub enum Command {
     Serve(ServeArgs),
     /// Load-test a running server (or etcd) and print one JSON line of figures.
     Bench(crate::bench::BenchArgs),
+    /// Serve the seed tools (update_plan, todo_*, plan_*, wait, check_action)
+    /// over MCP on stdin/stdout for one agent.
+    Mcp(crate::mcp::McpArgs),
 }
 
 /// `cairn serve` flags.

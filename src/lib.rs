@@ -13,6 +13,7 @@
 //! - [`domain`]: the rules as pure functions over plain structs: the
 //!   `update_plan` checklist, the plan-mode state machine, the todo merge.
 //! - [`bench`]: `cairn bench`, the load generator behind BENCHMARKS.md.
+//! - [`mcp`]: `cairn mcp`, the seed tools over MCP for one agent.
 //! - [`config`]: the `cairn` command line, every flag with a `CAIRN_*` env var.
 //! - [`pb`]: code generated from `proto/` by `build.rs` (protox, no protoc).
 
@@ -21,6 +22,7 @@ pub mod bench;
 pub mod config;
 pub mod domain;
 pub mod error;
+pub mod mcp;
 pub mod store;
 pub mod watch;
 

@@ -29,6 +29,13 @@ async fn main() -> ExitCode {
                 }
             }
         }
+        Command::Mcp(args) => match cairn::mcp::run(args).await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                tracing::error!(error = %e, "mcp server failed");
+                ExitCode::FAILURE
+            }
+        },
         Command::Bench(args) => match cairn::bench::run(args).await {
             Ok(report) => match serde_json::to_string(&report) {
                 Ok(line) => {

@@ -132,6 +132,21 @@ pub struct SessionPlan {
     pub mode: plan_mode::PlanModeState,
 }
 
+/// ISO-8601 / RFC 3339 UTC text of a server time, to the millisecond, as
+/// the seed's `created_at` / `updated_at` show it.
+pub fn rfc3339(micros: Micros) -> String {
+    let secs = micros.div_euclid(1_000_000);
+    let millis = micros.rem_euclid(1_000_000) / 1000;
+    let (y, m, d) = plan_mode::civil_from_days(secs.div_euclid(86_400));
+    let day = secs.rem_euclid(86_400);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{millis:03}Z",
+        day / 3600,
+        day % 3600 / 60,
+        day % 60
+    )
+}
+
 /// Checks an optimistic-concurrency precondition against a resource's
 /// revision (0 for a resource that does not exist yet).
 pub fn check_expected_revision(expected: Option<u64>, actual: u64) -> Result<()> {
@@ -162,6 +177,12 @@ mod tests {
             Err(Error::LimitExceeded { .. })
         ));
         assert!(l.check_resource_id("id", &"x".repeat(128)).is_ok());
+    }
+
+    #[test]
+    fn timestamps_as_text() {
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(rfc3339(1_796_011_733_123_456), "2026-11-30T04:08:53.123Z");
     }
 
     #[test]

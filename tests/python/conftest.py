@@ -40,9 +40,18 @@ def _free_port():
         return s.getsockname()[1]
 
 
+BINARY = os.environ.get("CAIRN_BIN", str(ROOT / "target" / "debug" / "cairn"))
+
+
+@pytest.fixture(scope="session")
+def server_addr(channel):
+    """Address of the session's server, for clients other than gRPC stubs."""
+    return channel._cairn_addr
+
+
 @pytest.fixture(scope="session")
 def channel():
-    binary = os.environ.get("CAIRN_BIN", str(ROOT / "target" / "debug" / "cairn"))
+    binary = BINARY
     port = _free_port()
     data = tempfile.mkdtemp(prefix="cairn-data-")
     proc = subprocess.Popen(
@@ -50,6 +59,7 @@ def channel():
         stderr=subprocess.PIPE,
     )
     ch = grpc.insecure_channel(f"127.0.0.1:{port}")
+    ch._cairn_addr = f"http://127.0.0.1:{port}"
     try:
         grpc.channel_ready_future(ch).result(timeout=30)
         yield ch

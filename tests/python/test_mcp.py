@@ -1,0 +1,204 @@
+"""The seed workflow through `cairn mcp`, driven by the official Python MCP
+client over stdio, against the real server."""
+
+import asyncio
+import json
+
+import pytest
+from mcp import ClientSession, StdioServerParameters, stdio_client
+
+from conftest import BINARY
+
+SEED_TOOLS = {
+    "update_plan",
+    "todo_read",
+    "todo_write",
+    "plan_enter",
+    "plan_exit",
+    "plan_status",
+    "plan_approve",
+    "plan_reject",
+    "plan_step_complete",
+    "plan_complete",
+    "plan_modify",
+    "wait",
+    "check_action",
+}
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+async def with_agent(server_addr, agent, session, body, parent=None):
+    args = ["mcp", "--server", server_addr, "--agent-id", agent, "--session-id", session]
+    if parent:
+        args += ["--parent-session-id", parent]
+    params = StdioServerParameters(command=BINARY, args=args)
+    async with stdio_client(params) as (read, write):
+        async with ClientSession(read, write) as mcp:
+            await mcp.initialize()
+            return await body(mcp)
+
+
+async def call(mcp, _tool, **arguments):
+    result = await mcp.call_tool(_tool, arguments)
+    text = result.content[0].text
+    return result.is_error, text
+
+
+def steps(n, current=0):
+    return [
+        {"step": f"step {i + 1}", "status": "completed" if i < current else "in_progress" if i == current else "pending"}
+        for i in range(n)
+    ]
+
+
+def test_tools_are_listed_by_their_seed_names(server_addr):
+    async def body(mcp):
+        tools = await mcp.list_tools()
+        return {t.name: t for t in tools.tools}
+
+    tools = run(with_agent(server_addr, "lister", "lister", body))
+    assert SEED_TOOLS <= set(tools)
+    assert "in_progress" in tools["update_plan"].description
+
+
+def test_update_plan_hint_errors_and_a_walk_to_completion(server_addr):
+    async def body(mcp):
+        err, text = await call(mcp, "update_plan", plan=steps(2))
+        assert not err
+        assert text == (
+            '<system_hint tool="update_plan" reason="simple_task">Task "step 1" is simple (2 steps)'
+            " - execute directly without update_plan.</system_hint>"
+        )
+        two = steps(5)
+        two[1]["status"] = "in_progress"
+        err, text = await call(mcp, "update_plan", plan=two)
+        assert err and text == "At most one step can be in_progress at a time"
+        for current in range(6):
+            err, text = await call(mcp, "update_plan", explanation=f"at {current}", plan=steps(5, current))
+            assert not err, text
+            reply = json.loads(text)
+            assert reply["message"] == "Plan updated"
+            assert reply["explanation"] == f"at {current}"
+            assert [s["status"] for s in reply["plan"]] == [s["status"] for s in steps(5, current)]
+        # Bad input is a tool error, and the process carries on.
+        err, text = await call(mcp, "update_plan", plan=[{"step": "x", "status": "doing"}] * 4)
+        assert err and "status" in text
+        err, _ = await call(mcp, "update_plan", plan=steps(4))
+        assert not err
+
+    run(with_agent(server_addr, "walker", "walker", body))
+
+
+def test_todos_with_the_merge_rules(server_addr):
+    async def body(mcp):
+        err, text = await call(mcp, "todo_read")
+        assert not err and json.loads(text) == {"todos": []}
+        todos = [
+            {"id": "1", "content": "Design", "status": "in_progress", "priority": "high"},
+            {"id": "2", "content": "Build", "status": "pending", "priority": "medium"},
+        ]
+        err, text = await call(mcp, "todo_write", todos=todos)
+        assert not err, text
+        first = json.loads(text)["todos"]
+        assert first[0]["created_at"].endswith("Z") and "T" in first[0]["created_at"]
+        err, text = await call(mcp, "todo_write", todos=[{"id": "3", "content": "Test", "status": "in_progress", "priority": "low"}])
+        merged = json.loads(text)["todos"]
+        assert [(t["id"], t["status"]) for t in merged] == [("1", "completed"), ("2", "completed"), ("3", "in_progress")]
+        err, text = await call(mcp, "todo_write", todos=[{"id": "3", "content": "Test", "status": "completed"}])
+        assert [(t["id"], t["status"]) for t in json.loads(text)["todos"]] == [("3", "completed")]
+        err, text = await call(
+            mcp,
+            "todo_write",
+            todos=[
+                {"id": "a", "content": "A", "status": "in_progress"},
+                {"id": "b", "content": "B", "status": "in_progress"},
+            ],
+        )
+        assert err and text == "At most one todo can be in_progress at a time"
+        err, text = await call(mcp, "todo_read")
+        assert [t["id"] for t in json.loads(text)["todos"]] == ["3"]
+
+    run(with_agent(server_addr, "todo-agent", "todo-agent", body))
+
+
+def test_plan_mode_workflow_and_blocked_writes(server_addr):
+    plan = {
+        "summary": "Add JWT auth",
+        "approach": "Middleware",
+        "alternatives_considered": ["Cookies"],
+        "steps": [
+            {"id": 1, "description": "Token type", "files": ["src/token.rs"], "verification": "cargo test token"},
+            {"id": 2, "description": "Middleware", "depends_on": [1], "verification": "cargo test mw"},
+        ],
+        "risks": ["Clock skew"],
+        "files_to_create": ["src/token.rs"],
+        "files_to_modify": ["src/main.rs"],
+        "tests_to_write": ["tests/auth.rs"],
+        "estimated_complexity": "medium",
+    }
+
+    async def body(mcp):
+        err, text = await call(mcp, "plan_exit", plan=plan)
+        assert err and text == "Not in plan mode. Call plan_enter first."
+        err, text = await call(mcp, "plan_enter", goal="Add authentication")
+        assert not err and json.loads(text)["mode"] == "planning"
+        err, text = await call(mcp, "plan_enter", goal="again")
+        assert err and text == "Already in plan mode"
+        err, text = await call(mcp, "check_action", tool="write_file")
+        verdict = json.loads(text)
+        assert verdict["allowed"] is False and "plan" in verdict["reason"]
+        err, text = await call(mcp, "check_action", tool="cron", action="create")
+        assert json.loads(text)["allowed"] is False
+        err, text = await call(mcp, "check_action", tool="read_file")
+        assert json.loads(text)["allowed"] is True
+        err, text = await call(mcp, "plan_exit", plan=plan)
+        status = json.loads(text)
+        assert status["mode"] == "awaiting_approval" and status["pending_plan"]["plan_id"].startswith("plan_")
+        err, text = await call(mcp, "plan_enter", goal="again")
+        assert err and text == "A plan is awaiting approval. Approve or reject it before entering plan mode again."
+        err, text = await call(mcp, "plan_approve")
+        status = json.loads(text)
+        assert status["mode"] == "normal"
+        assert status["active_plan"]["current_step"]["id"] == 1
+        err, text = await call(mcp, "plan_step_complete", step_id=2, verification_result="ok")
+        assert err and text == "Step 2 depends on incomplete steps: 1"
+        err, text = await call(mcp, "plan_step_complete", step_id=7, verification_result="ok")
+        assert err and text == "Step 7 not found in plan"
+        err, text = await call(mcp, "plan_step_complete", step_id=1, verification_result="2 passed")
+        assert json.loads(text)["active_plan"]["progress"] == {"completed": 1, "total": 2}
+        err, text = await call(mcp, "plan_step_complete", step_id=1, verification_result="again")
+        assert err and text == "Step 1 already completed"
+        err, text = await call(mcp, "plan_modify", step_id=2, reason="simpler", new_description="Tower layer")
+        assert json.loads(text)["pending_modifications"][0]["new_description"] == "Tower layer"
+        err, text = await call(mcp, "plan_step_complete", step_id=2, verification_result="3 passed")
+        err, text = await call(mcp, "plan_status")
+        assert json.loads(text)["active_plan"]["progress"] == {"completed": 2, "total": 2}
+        err, text = await call(mcp, "plan_complete", summary="Auth works")
+        assert not err and json.loads(text)["active_plan"] is None
+        err, text = await call(mcp, "plan_enter", goal="Another")
+        err, text = await call(mcp, "plan_exit", plan=plan)
+        err, text = await call(mcp, "plan_reject", reason="not now")
+        assert json.loads(text)["mode"] == "normal"
+
+    run(with_agent(server_addr, "planner", "planner", body))
+
+
+def test_an_orchestrator_waits_for_its_sub_agent(server_addr):
+    async def sub(mcp):
+        await call(mcp, "update_plan", plan=steps(4, 4))
+
+    async def main(mcp):
+        err, text = await call(mcp, "wait", timeout_seconds=1)
+        reply = json.loads(text)
+        assert reply["satisfied"] is False or reply["sessions"]
+        run_sub = with_agent(server_addr, "sub-agent", "orch-mcp:sub", sub, parent="orch-mcp")
+        await run_sub
+        err, text = await call(mcp, "wait", timeout_seconds=10)
+        reply = json.loads(text)
+        assert reply["satisfied"] is True
+        assert any(s["session_id"] == "orch-mcp:sub" and s["completed"] == 4 for s in reply["sessions"])
+
+    run(with_agent(server_addr, "orchestrator", "orch-mcp", main))
