@@ -47,6 +47,41 @@ pub enum Command {
     /// Serve the seed tools (update_plan, todo_*, plan_*, wait, check_action)
     /// over MCP on stdin/stdout for one agent.
     Mcp(crate::mcp::McpArgs),
+    /// Sessions: create (under a parent), list as a tree, show, delete.
+    Session {
+        #[command(subcommand)]
+        cmd: crate::cli::SessionCmd,
+        #[command(flatten)]
+        client: crate::cli::ClientArgs,
+    },
+    /// Plans: show, update from JSON, status, approve, reject, history.
+    Plan {
+        #[command(subcommand)]
+        cmd: crate::cli::PlanCmd,
+        #[command(flatten)]
+        client: crate::cli::ClientArgs,
+    },
+    /// Todo lists: show, write from JSON.
+    Todo {
+        #[command(subcommand)]
+        cmd: crate::cli::TodoCmd,
+        #[command(flatten)]
+        client: crate::cli::ClientArgs,
+    },
+    /// Follow changes live; `--tree` shows a board of a session tree.
+    Watch {
+        #[command(flatten)]
+        args: crate::cli::WatchArgs,
+        #[command(flatten)]
+        client: crate::cli::ClientArgs,
+    },
+    /// Block until every plan in a session tree is completed.
+    Wait {
+        #[command(flatten)]
+        args: crate::cli::WaitArgs,
+        #[command(flatten)]
+        client: crate::cli::ClientArgs,
+    },
 }
 
 /// `cairn serve` flags.

@@ -13,12 +13,15 @@
 //! - [`domain`]: the rules as pure functions over plain structs: the
 //!   `update_plan` checklist, the plan-mode state machine, the todo merge.
 //! - [`bench`]: `cairn bench`, the load generator behind BENCHMARKS.md.
+//! - [`cli`]: the `cairn` client subcommands, the seed's box rendering and
+//!   the live terminal board.
 //! - [`mcp`]: `cairn mcp`, the seed tools over MCP for one agent.
 //! - [`config`]: the `cairn` command line, every flag with a `CAIRN_*` env var.
 //! - [`pb`]: code generated from `proto/` by `build.rs` (protox, no protoc).
 
 pub mod api;
 pub mod bench;
+pub mod cli;
 pub mod config;
 pub mod domain;
 pub mod error;

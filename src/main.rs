@@ -29,6 +29,11 @@ async fn main() -> ExitCode {
                 }
             }
         }
+        Command::Session { cmd, client } => finish(cairn::cli::session(&client, cmd).await),
+        Command::Plan { cmd, client } => finish(cairn::cli::plan(&client, cmd).await),
+        Command::Todo { cmd, client } => finish(cairn::cli::todo(&client, cmd).await),
+        Command::Watch { args, client } => finish(cairn::cli::watch(&client, args).await),
+        Command::Wait { args, client } => finish(cairn::cli::wait(&client, args).await),
         Command::Mcp(args) => match cairn::mcp::run(args).await {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
@@ -55,6 +60,24 @@ async fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
+    }
+}
+
+/// A client command's exit: errors go to stderr as the server said them.
+fn finish(result: Result<(), Box<dyn std::error::Error + Send + Sync>>) -> ExitCode {
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            let text = match e.downcast_ref::<tonic::Status>() {
+                Some(status) => format!("{:?}: {}", status.code(), status.message()),
+                None => e.to_string(),
+            };
+            #[allow(clippy::print_stderr)] // the command's own error output
+            {
+                eprintln!("error: {text}");
+            }
+            ExitCode::FAILURE
+        }
     }
 }
 
