@@ -835,6 +835,9 @@ pub async fn watch(client: &ClientArgs, args: WatchArgs) -> CliResult {
                 send_initial_state: resume.is_none() && board_root.is_some(),
                 progress_interval: None,
             };
+            // Objects of the initial state carry their own revisions, not
+            // the stream's position: draw once `synced` says it is whole.
+            let mut in_snapshot = request.send_initial_state;
             let stream = match connect(&client.server).await {
                 Ok(ch) => {
                     pb::watch_service_client::WatchServiceClient::new(ch)
@@ -865,13 +868,13 @@ pub async fn watch(client: &ClientArgs, args: WatchArgs) -> CliResult {
                 match msg.kind {
                     Some(pb::watch_response::Kind::Event(e)) => {
                         let complete = e.index_in_revision + 1 == e.events_in_revision;
-                        if complete {
+                        if !in_snapshot && complete {
                             last_complete = last_complete.max(e.revision);
                         }
                         if let Some(root) = &board_root {
                             apply(root, &mut tracked, &e);
                             pending_redraw = true;
-                            if complete && last_complete > 0 {
+                            if complete && !in_snapshot {
                                 draw(root, &tracked, last_complete, interactive);
                                 pending_redraw = false;
                             }
@@ -880,6 +883,7 @@ pub async fn watch(client: &ClientArgs, args: WatchArgs) -> CliResult {
                         }
                     }
                     Some(pb::watch_response::Kind::Synced(s)) => {
+                        in_snapshot = false;
                         last_complete = last_complete.max(s.revision);
                         if let Some(root) = &board_root {
                             draw(root, &tracked, last_complete, interactive);

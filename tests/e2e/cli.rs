@@ -1,0 +1,226 @@
+//! The `cairn` client subcommands, run as the real binary against a real
+//! server, reading what a person or a script would read.
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::process::Command;
+
+use crate::common::TestServer;
+
+/// Runs `cairn ARGS` with `stdin`, returns (success, stdout, stderr).
+async fn cairn(server: &TestServer, args: &[&str], stdin: &str) -> (bool, String, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_cairn"))
+        .args(args)
+        .args(["--server", &format!("http://{}", server.addr)])
+        .env_remove("NO_COLOR")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut input = child.stdin.take().unwrap();
+    input.write_all(stdin.as_bytes()).await.unwrap();
+    drop(input);
+    let out = tokio::time::timeout(Duration::from_secs(30), child.wait_with_output())
+        .await
+        .expect("cairn finishes")
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8(out.stdout).unwrap(),
+        String::from_utf8(out.stderr).unwrap(),
+    )
+}
+
+const PLAN: &str = r#"{"explanation": "auth", "plan": [
+  {"step": "Design the database schema", "status": "completed"},
+  {"step": "Implement the sign-up API", "status": "in_progress"},
+  {"step": "Implement the login API", "status": "pending"},
+  {"step": "Add password hashing", "status": "pending"}
+]}"#;
+
+#[tokio::test]
+async fn a_person_and_a_script_use_the_cli() {
+    let server = TestServer::start().await;
+    let (ok, out, _) = cairn(
+        &server,
+        &["session", "create", "orch", "--agent", "main"],
+        "",
+    )
+    .await;
+    assert!(ok);
+    assert_eq!(out, "created orch\n");
+    let (ok, _, _) = cairn(
+        &server,
+        &[
+            "session",
+            "create",
+            "orch:coder",
+            "--parent",
+            "orch",
+            "--agent",
+            "coder",
+        ],
+        "",
+    )
+    .await;
+    assert!(ok);
+    let (ok, out, _) = cairn(&server, &["session", "list"], "").await;
+    assert!(ok);
+    assert_eq!(out, "orch  (main)\n  orch:coder  (coder)\n");
+
+    let (ok, out, _) = cairn(&server, &["plan", "update", "orch:coder"], PLAN).await;
+    assert!(ok, "{out}");
+    assert_eq!(out, "Plan updated (revision 3)\n");
+    // Not a terminal: the seed's box, without escape codes.
+    let (ok, out, _) = cairn(&server, &["plan", "show", "orch:coder"], "").await;
+    assert!(ok);
+    assert_eq!(
+        out,
+        "╭─ 📋 Tasks ───────────────────╮\n\
+         │ ✓ Design the database schema │\n\
+         │ ▶ Implement the sign-up API  │\n\
+         │ ○ Implement the login API    │\n\
+         │ ○ Add password hashing       │\n\
+         ╰──────────────────────────────╯\n"
+    );
+    let (ok, out, _) = cairn(
+        &server,
+        &["plan", "show", "orch:coder", "--output", "json"],
+        "",
+    )
+    .await;
+    assert!(ok);
+    let json: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(json["plan"][1]["status"], "in_progress");
+    assert_eq!(json["mode"], "normal");
+
+    // The seed's rules come back as errors with their exact text.
+    let two = PLAN.replace("\"pending\"}\n]", "\"in_progress\"}\n]");
+    let (ok, _, err) = cairn(&server, &["plan", "update", "orch:coder"], &two).await;
+    assert!(!ok);
+    assert_eq!(
+        err,
+        "error: InvalidArgument: At most one step can be in_progress at a time\n"
+    );
+    let (ok, out, _) = cairn(
+        &server,
+        &["plan", "update", "orch:coder"],
+        r#"{"plan": [{"step": "Fix typo", "status": "pending"}]}"#,
+    )
+    .await;
+    assert!(ok);
+    assert!(
+        out.starts_with("<system_hint tool=\"update_plan\" reason=\"simple_task\">"),
+        "{out}"
+    );
+
+    let (ok, out, _) = cairn(&server, &["todo", "show", "coder"], "").await;
+    assert!(ok);
+    assert_eq!(out, "📋 No tasks\n");
+    let todos =
+        r#"[{"id": "1", "content": "Write tests", "status": "in_progress", "priority": "high"}]"#;
+    let (ok, _, _) = cairn(&server, &["todo", "write", "coder"], todos).await;
+    assert!(ok);
+    let (ok, out, _) = cairn(
+        &server,
+        &["todo", "write", "coder", "--output", "json"],
+        r#"[{"id": "2", "content": "Ship", "status": "pending"}]"#,
+    )
+    .await;
+    assert!(ok);
+    let json: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        json["todos"][0]["status"], "completed",
+        "the omitted item is kept, completed"
+    );
+    assert_eq!(json["todos"][1]["id"], "2");
+    assert!(
+        json["todos"][0]["created_at"]
+            .as_str()
+            .unwrap()
+            .ends_with('Z')
+    );
+
+    let (ok, out, _) = cairn(
+        &server,
+        &["wait", "--tree", "orch", "--timeout", "100ms"],
+        "",
+    )
+    .await;
+    assert!(!ok, "not every plan is completed");
+    assert!(out.starts_with("timed out at revision"), "{out}");
+}
+
+#[tokio::test]
+async fn the_board_follows_a_tree_live() {
+    let server = TestServer::start().await;
+    cairn(
+        &server,
+        &["session", "create", "orch", "--agent", "main"],
+        "",
+    )
+    .await;
+    cairn(
+        &server,
+        &[
+            "session",
+            "create",
+            "orch:coder",
+            "--parent",
+            "orch",
+            "--agent",
+            "coder",
+        ],
+        "",
+    )
+    .await;
+    let mut board = Command::new(env!("CARGO_BIN_EXE_cairn"))
+        .args([
+            "watch",
+            "--tree",
+            "orch",
+            "--server",
+            &format!("http://{}", server.addr),
+        ])
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(board.stdout.take().unwrap()).lines();
+    // The first frame: both sessions, nothing planned yet.
+    let mut frame = Vec::new();
+    let read_frame =
+        async |lines: &mut tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
+               frame: &mut Vec<String>| {
+            frame.clear();
+            while let Some(line) = lines.next_line().await.unwrap() {
+                if line.is_empty() {
+                    return;
+                }
+                frame.push(line);
+            }
+        };
+    tokio::time::timeout(Duration::from_secs(20), read_frame(&mut lines, &mut frame))
+        .await
+        .unwrap();
+    assert!(
+        frame[0].starts_with("cairn · tree orch · revision 2"),
+        "{frame:?}"
+    );
+    assert!(frame[2].starts_with("orch "), "{frame:?}");
+    assert!(frame[3].starts_with("  orch:coder"), "{frame:?}");
+
+    let (ok, _, _) = cairn(&server, &["plan", "update", "orch:coder"], PLAN).await;
+    assert!(ok);
+    tokio::time::timeout(Duration::from_secs(20), read_frame(&mut lines, &mut frame))
+        .await
+        .unwrap();
+    let coder = &frame[3];
+    assert!(coder.contains("1/4"), "{frame:?}");
+    assert!(coder.contains("Implement the sign-up API"), "{frame:?}");
+    assert!(coder.contains("coder"), "{frame:?}");
+    board.kill().await.unwrap();
+}
