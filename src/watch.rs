@@ -121,6 +121,9 @@ pub struct Hub {
     /// has received everything up to it.
     dispatched: AtomicU64,
     buffer: usize,
+    /// Flips to true when the server shuts down, so streams end instead of
+    /// holding graceful shutdown open forever.
+    closing: tokio::sync::watch::Sender<bool>,
 }
 
 impl Hub {
@@ -131,7 +134,14 @@ impl Hub {
             registry: Mutex::new(Registry::default()),
             dispatched: AtomicU64::new(revision),
             buffer: buffer.max(1),
+            closing: tokio::sync::watch::Sender::new(false),
         }
+    }
+
+    /// Ends every watch stream and `Wait` (with `UNAVAILABLE`), now and
+    /// from now on: the server is shutting down.
+    pub fn close(&self) {
+        self.closing.send_replace(true);
     }
 
     fn lock(&self) -> MutexGuard<'_, Registry> {
@@ -169,6 +179,7 @@ impl Hub {
                 slot,
                 keys,
                 rx,
+                closing: self.closing.subscribe(),
             },
             at,
         )
@@ -254,6 +265,12 @@ pub struct Subscription {
     slot: Arc<Slot>,
     keys: Vec<Key>,
     rx: mpsc::Receiver<Arc<Revision>>,
+    closing: tokio::sync::watch::Receiver<bool>,
+}
+
+/// Completes once the server is shutting down.
+async fn closed(closing: &mut tokio::sync::watch::Receiver<bool>) {
+    let _ = closing.wait_for(|closing| *closing).await;
 }
 
 impl Drop for Subscription {
@@ -445,6 +462,10 @@ pub fn watch(
                         continue;
                     }
                     tokio::select! {
+                        () = closed(&mut sub.closing) => {
+                            yield Err(Error::ShuttingDown);
+                            return;
+                        }
                         received = sub.rx.recv() => {
                             if let Some(rev) = received {
                                 rev
@@ -629,6 +650,7 @@ pub async fn wait(
     drop(plans);
     loop {
         tokio::select! {
+            () = closed(&mut sub.closing) => return Err(Error::ShuttingDown),
             received = sub.rx.recv() => match received {
                 // A change the target may care about, or already read.
                 Some(rev) if rev.revision > start || sub.slot.overflowed.load(Ordering::Acquire) => {}

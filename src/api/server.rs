@@ -104,6 +104,13 @@ pub async fn serve_store(
     config: &ServerConfig,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), ServeError> {
+    let hub = std::sync::Arc::clone(store.hub());
+    // Watch streams never end on their own: tell them to, or graceful
+    // shutdown would wait for them forever.
+    let shutdown = async move {
+        shutdown.await;
+        hub.close();
+    };
     let state = State {
         store,
         policy: Arc::new(config.policy.clone()),

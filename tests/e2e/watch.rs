@@ -608,3 +608,26 @@ async fn wait_returns_when_the_last_sub_agent_completes() {
         .unwrap_err();
     assert_eq!(err.code(), Code::NotFound);
 }
+
+#[tokio::test]
+async fn shutdown_ends_open_watch_streams() {
+    let mut server = TestServer::start().await;
+    let mut client = WatchServiceClient::new(server.channel().await);
+    let mut stream = watch(&mut client, Target::All(true), None, true).await;
+    assert_eq!(
+        next(&mut stream).await,
+        Kind::Synced(pb::Synced { revision: 0 })
+    );
+    // Graceful shutdown must not wait forever for a stream that never ends.
+    tokio::time::timeout(PATIENCE, server.stop())
+        .await
+        .expect("the server stops");
+    let end = tokio::time::timeout(PATIENCE, stream.message())
+        .await
+        .expect("the stream ends");
+    match end {
+        Err(status) => assert_eq!(status.code(), Code::Unavailable),
+        Ok(None) => {}
+        Ok(Some(msg)) => panic!("unexpected {msg:?}"),
+    }
+}
