@@ -90,6 +90,9 @@ pub struct ServeArgs {
     /// Address to listen on for gRPC (and gRPC-Web).
     #[arg(long, env = "CAIRN_LISTEN", default_value = "127.0.0.1:50051")]
     pub listen: SocketAddr,
+    /// Address of the web dashboard (off unless set), e.g. `127.0.0.1:8080`.
+    #[arg(long, env = "CAIRN_WEB_LISTEN")]
+    pub web_listen: Option<SocketAddr>,
     /// Directory of the database; created if missing.
     #[arg(long, env = "CAIRN_DATA_DIR", default_value = "./cairn-data")]
     pub data_dir: PathBuf,
@@ -170,6 +173,7 @@ impl ServeArgs {
         ServerConfig {
             store,
             progress_interval: self.progress_interval,
+            web_listen: self.web_listen,
             retention: Retention {
                 revisions: self.retention_revisions,
                 age: self.retention_age,

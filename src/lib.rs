@@ -15,6 +15,8 @@
 //! - [`bench`]: `cairn bench`, the load generator behind BENCHMARKS.md.
 //! - [`cli`]: the `cairn` client subcommands, the seed's box rendering and
 //!   the live terminal board.
+//! - [`web`]: the live web dashboard (`--web-listen`), fed by the watch
+//!   stream over server-sent events.
 //! - [`mcp`]: `cairn mcp`, the seed tools over MCP for one agent.
 //! - [`config`]: the `cairn` command line, every flag with a `CAIRN_*` env var.
 //! - [`pb`]: code generated from `proto/` by `build.rs` (protox, no protoc).
@@ -28,6 +30,7 @@ pub mod error;
 pub mod mcp;
 pub mod store;
 pub mod watch;
+pub mod web;
 
 /// Generated `cairn.v1` messages, clients and servers.
 #[allow(clippy::pedantic, clippy::all, missing_docs)]

@@ -245,7 +245,10 @@ impl PlanApi {
         })
     }
 
-    async fn approve_inner(&self, req: pb::ApprovePlanRequest) -> Result<pb::ApprovePlanResponse> {
+    pub(crate) async fn approve_inner(
+        &self,
+        req: pb::ApprovePlanRequest,
+    ) -> Result<pb::ApprovePlanResponse> {
         let pb::ApprovePlanRequest {
             session_id,
             approver,
@@ -269,7 +272,10 @@ impl PlanApi {
         })
     }
 
-    async fn reject_inner(&self, req: pb::RejectPlanRequest) -> Result<pb::RejectPlanResponse> {
+    pub(crate) async fn reject_inner(
+        &self,
+        req: pb::RejectPlanRequest,
+    ) -> Result<pb::RejectPlanResponse> {
         let pb::RejectPlanRequest {
             session_id,
             reason,

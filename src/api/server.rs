@@ -32,6 +32,8 @@ pub struct ServerConfig {
     pub progress_interval: Duration,
     /// How much of the event log watchers can replay.
     pub retention: Retention,
+    /// Address of the web dashboard; off when unset.
+    pub web_listen: Option<std::net::SocketAddr>,
 }
 
 impl ServerConfig {
@@ -42,6 +44,7 @@ impl ServerConfig {
             policy: Policy::default(),
             progress_interval: Duration::from_secs(10),
             retention: Retention::default(),
+            web_listen: None,
         }
     }
 }
@@ -58,6 +61,9 @@ pub enum ServeError {
     /// Reflection could not be built from the descriptor set.
     #[error("reflection: {0}")]
     Reflection(#[from] tonic_reflection::server::Error),
+    /// The web dashboard could not listen or failed.
+    #[error("web dashboard: {0}")]
+    Web(#[from] std::io::Error),
 }
 
 /// The names health reports per service.
@@ -89,8 +95,16 @@ pub async fn serve(
         revision = store.revision(),
         "cairn serving"
     );
+    let web = match config.web_listen {
+        Some(addr) => {
+            let web = TcpListener::bind(addr).await?;
+            tracing::info!(web_listen = %web.local_addr()?, "web dashboard serving");
+            Some(web)
+        }
+        None => None,
+    };
     let compaction = tokio::spawn(compactor::run(store.clone(), config.retention));
-    let result = serve_store(listener, store.clone(), &config, shutdown).await;
+    let result = serve_store(listener, web, store.clone(), &config, shutdown).await;
     compaction.abort();
     store.close().await;
     tracing::info!("cairn stopped");
@@ -100,22 +114,30 @@ pub async fn serve(
 /// Serves an already opened store (the caller closes it).
 pub async fn serve_store(
     listener: TcpListener,
+    web: Option<TcpListener>,
     store: Store,
     config: &ServerConfig,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), ServeError> {
     let hub = std::sync::Arc::clone(store.hub());
+    let (web_stop, web_stopped) = tokio::sync::oneshot::channel::<()>();
     // Watch streams never end on their own: tell them to, or graceful
     // shutdown would wait for them forever.
     let shutdown = async move {
         shutdown.await;
         hub.close();
+        let _ = web_stop.send(());
     };
     let state = State {
         store,
         policy: Arc::new(config.policy.clone()),
         progress_interval: config.progress_interval,
     };
+    let web_task = web.map(|listener| {
+        tokio::spawn(crate::web::serve(listener, state.clone(), async {
+            let _ = web_stopped.await;
+        }))
+    });
 
     let (health, health_service) = tonic_health::server::health_reporter();
     health
@@ -165,5 +187,11 @@ pub async fn serve_store(
             shutdown,
         )
         .await?;
+    if let Some(task) = web_task {
+        match task.await {
+            Ok(result) => result?,
+            Err(e) => tracing::warn!(error = %e, "web dashboard task failed"),
+        }
+    }
     Ok(())
 }

@@ -1,0 +1,139 @@
+"""The web dashboard in a real browser: Debian's headless Chromium, driven by
+Selenium through chromedriver. A plan changed over gRPC appears on the page
+without a reload, and clicking Approve approves it."""
+
+import os
+import pathlib
+import shutil
+import subprocess
+import tempfile
+import time
+
+import grpc
+import pytest
+
+from conftest import BINARY, ROOT, _free_port
+
+pytestmark = pytest.mark.skipif(
+    shutil.which("chromium") is None or shutil.which("chromedriver") is None,
+    reason="chromium and chromium-driver are installed by .ci/run",
+)
+
+from cairn.v1 import plan_pb2 as plan  # noqa: E402
+from cairn.v1 import plan_pb2_grpc  # noqa: E402
+from cairn.v1 import session_pb2 as session  # noqa: E402
+from cairn.v1 import session_pb2_grpc  # noqa: E402
+from cairn.v1 import todo_pb2 as todo  # noqa: E402
+from cairn.v1 import todo_pb2_grpc  # noqa: E402
+
+
+@pytest.fixture
+def dashboard():
+    grpc_port, web_port = _free_port(), _free_port()
+    data = tempfile.mkdtemp(prefix="cairn-web-")
+    proc = subprocess.Popen(
+        [BINARY, "serve", "--listen", f"127.0.0.1:{grpc_port}", "--data-dir", data, "--web-listen", f"127.0.0.1:{web_port}"],
+        stderr=subprocess.DEVNULL,
+    )
+    ch = grpc.insecure_channel(f"127.0.0.1:{grpc_port}")
+    grpc.channel_ready_future(ch).result(timeout=30)
+    try:
+        yield ch, f"http://127.0.0.1:{web_port}/"
+    finally:
+        ch.close()
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+@pytest.fixture
+def browser():
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = shutil.which("chromium")
+    for flag in [
+        "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+        "--disable-background-networking", "--disable-component-update", "--disable-sync",
+        "--window-size=1280,900", f"--user-data-dir={tempfile.mkdtemp(prefix='cairn-chromium-')}",
+    ]:
+        options.add_argument(flag)
+    driver = webdriver.Chrome(service=Service(shutil.which("chromedriver")), options=options)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def wait_until(check, what, timeout=20):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            if check():
+                return
+        except Exception:  # the page may be mid-render
+            pass
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_live_updates_and_approve(dashboard, browser):
+    from selenium.webdriver.common.by import By
+
+    ch, url = dashboard
+    sessions = session_pb2_grpc.SessionServiceStub(ch)
+    plans = plan_pb2_grpc.PlanServiceStub(ch)
+    todos = todo_pb2_grpc.TodoServiceStub(ch)
+    sessions.CreateSession(session.CreateSessionRequest(session=session.Session(session_id="orch", agent_id="main")))
+    sessions.CreateSession(
+        session.CreateSessionRequest(session=session.Session(session_id="orch:coder", agent_id="coder", parent_session_id="orch"))
+    )
+    browser.get(url)
+    wait_until(lambda: browser.find_element(By.ID, "live").text == "live", "the live stream")
+    card = lambda sid: browser.find_element(By.CSS_SELECTOR, f'[data-session="{sid}"]')
+    wait_until(lambda: card("orch:coder").is_displayed(), "the sub-agent's session")
+    assert card("orch:coder").find_element(By.CLASS_NAME, "todo-empty").text == "No tasks"
+
+    # A plan written over gRPC shows up without a reload, one class per status.
+    S = plan.StepStatus
+    items = [
+        plan.PlanItem(step="Design the schema", status=S.STEP_STATUS_COMPLETED),
+        plan.PlanItem(step="Sign-up API", status=S.STEP_STATUS_IN_PROGRESS),
+        plan.PlanItem(step="Login API", status=S.STEP_STATUS_PENDING),
+        plan.PlanItem(step="Hash passwords", status=S.STEP_STATUS_PENDING),
+    ]
+    plans.UpdatePlan(plan.UpdatePlanRequest(session_id="orch:coder", explanation="auth", plan=items))
+    wait_until(lambda: len(card("orch:coder").find_elements(By.CLASS_NAME, "todo-item")) == 4, "the plan")
+    coder = card("orch:coder")
+    assert len(coder.find_elements(By.CSS_SELECTOR, ".todo-list")) == 1
+    assert coder.find_element(By.CSS_SELECTOR, ".todo-item.todo-done .todo-check").text == "✓"
+    assert coder.find_element(By.CSS_SELECTOR, ".todo-item.todo-active .todo-arrow").text == "▶"
+    assert len(coder.find_elements(By.CSS_SELECTOR, ".todo-item.todo-pending .todo-circle")) == 2
+
+    todos.WriteTodos(
+        todo.WriteTodosRequest(
+            agent_id="coder",
+            todos=[todo.TodoItem(id="1", content="Write tests", status=todo.TodoStatus.TODO_STATUS_IN_PROGRESS, priority=todo.Priority.PRIORITY_HIGH)],
+        )
+    )
+    wait_until(lambda: browser.find_element(By.CSS_SELECTOR, '[data-agent="coder"] .todo-active').text.startswith("▶"), "the todos")
+
+    # Plan mode: the plan awaiting approval gets Approve / Reject buttons.
+    plans.EnterPlanMode(plan.EnterPlanModeRequest(session_id="orch", goal="Ship auth"))
+    steps = [
+        plan.ImplementationStep(id=1, description="Token type"),
+        plan.ImplementationStep(id=2, description="Middleware", depends_on=[1]),
+    ]
+    plans.ExitPlanMode(plan.ExitPlanModeRequest(session_id="orch", plan=plan.ImplementationPlan(summary="JWT auth", steps=steps)))
+    wait_until(lambda: card("orch").find_element(By.CSS_SELECTOR, "button.approve").is_displayed(), "the Approve button")
+    shot = ROOT / "docs" / "dashboard.png"
+    if os.environ.get("CAIRN_SCREENSHOT"):
+        browser.save_screenshot(str(shot))
+    card("orch").find_element(By.CSS_SELECTOR, "button.approve").click()
+
+    status = lambda: plans.GetPlanStatus(plan.GetPlanStatusRequest(session_id="orch")).status
+    wait_until(lambda: status().mode == plan.PlanMode.PLAN_MODE_NORMAL and status().active.plan_id, "the approval")
+    assert status().active.approver == "dashboard"
+    # The page follows: no more buttons, the approved steps are the checklist.
+    wait_until(lambda: not card("orch").find_elements(By.CSS_SELECTOR, "button.approve"), "the buttons to go")
+    wait_until(lambda: len(card("orch").find_elements(By.CSS_SELECTOR, ":scope > .todo-list .todo-item")) == 2, "the approved plan")
