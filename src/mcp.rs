@@ -269,7 +269,8 @@ fn step_status(s: &str) -> i32 {
     }
 }
 
-fn step_status_name(s: pb::StepStatus) -> &'static str {
+/// The seed's name of a step status.
+pub(crate) fn step_status_name(s: pb::StepStatus) -> &'static str {
     match s {
         pb::StepStatus::Pending => "pending",
         pb::StepStatus::InProgress => "in_progress",
@@ -278,13 +279,16 @@ fn step_status_name(s: pb::StepStatus) -> &'static str {
     }
 }
 
-fn micros(t: Option<&prost_types::Timestamp>) -> Value {
+/// A timestamp as the seed's ISO-8601 text (`null` when unset).
+pub(crate) fn timestamp_json(t: Option<&prost_types::Timestamp>) -> Value {
     t.map_or(Value::Null, |t| {
         Value::String(rfc3339(t.seconds * 1_000_000 + i64::from(t.nanos / 1000)))
     })
 }
 
-fn todo_json(list: &pb::TodoList) -> Value {
+/// A todo list as `todo_read` shows it: ids, content, statuses,
+/// priorities and ISO-8601 `created_at` / `updated_at`.
+pub(crate) fn todo_json(list: &pb::TodoList) -> Value {
     let todos: Vec<Value> = list
         .todos
         .iter()
@@ -303,8 +307,8 @@ fn todo_json(list: &pb::TodoList) -> Value {
                     pb::Priority::Low => "low",
                     pb::Priority::Medium | pb::Priority::Unspecified => "medium",
                 },
-                "created_at": micros(t.create_time.as_ref()),
-                "updated_at": micros(t.update_time.as_ref()),
+                "created_at": timestamp_json(t.create_time.as_ref()),
+                "updated_at": timestamp_json(t.update_time.as_ref()),
             })
         })
         .collect();

@@ -16,7 +16,7 @@ use clap::{Subcommand, ValueEnum};
 use serde_json::{Value, json};
 use tonic::transport::{Channel, Endpoint};
 
-use crate::domain::rfc3339;
+use crate::mcp::{step_status_name as status_name, timestamp_json as ts};
 use crate::pb;
 use render::{BoardRow, Mark};
 
@@ -203,21 +203,6 @@ fn read_input(file: &str) -> Result<String, std::io::Error> {
         Ok(s)
     } else {
         std::fs::read_to_string(file)
-    }
-}
-
-fn ts(t: Option<&prost_types::Timestamp>) -> Value {
-    t.map_or(Value::Null, |t| {
-        Value::String(rfc3339(t.seconds * 1_000_000 + i64::from(t.nanos / 1000)))
-    })
-}
-
-fn status_name(s: pb::StepStatus) -> &'static str {
-    match s {
-        pb::StepStatus::Pending => "pending",
-        pb::StepStatus::InProgress => "in_progress",
-        pb::StepStatus::Completed => "completed",
-        pb::StepStatus::Unspecified => "unspecified",
     }
 }
 
@@ -664,27 +649,12 @@ pub async fn todo(client: &ClientArgs, cmd: TodoCmd) -> CliResult {
         }
     };
     match client.output {
-        Output::Json => emit_json(&json!({
-            "agent_id": list.agent_id,
-            "revision": list.revision,
-            "todos": list.todos.iter().map(|t| json!({
-                "id": t.id,
-                "content": t.content,
-                "status": match t.status() {
-                    pb::TodoStatus::Pending => "pending",
-                    pb::TodoStatus::InProgress => "in_progress",
-                    pb::TodoStatus::Completed => "completed",
-                    pb::TodoStatus::Unspecified => "unspecified",
-                },
-                "priority": match t.priority() {
-                    pb::Priority::High => "high",
-                    pb::Priority::Low => "low",
-                    pb::Priority::Medium | pb::Priority::Unspecified => "medium",
-                },
-                "created_at": ts(t.create_time.as_ref()),
-                "updated_at": ts(t.update_time.as_ref()),
-            })).collect::<Vec<_>>(),
-        })),
+        Output::Json => {
+            let mut value = crate::mcp::todo_json(&list);
+            value["agent_id"] = json!(list.agent_id);
+            value["revision"] = json!(list.revision);
+            emit_json(&value);
+        }
         Output::Text => emit(&todo_box(&list)),
     }
     Ok(())
