@@ -318,3 +318,41 @@ async fn concurrent_writes_get_distinct_gap_free_revisions() {
     revisions.sort_unstable();
     assert_eq!(revisions, (1..=100).collect::<Vec<u64>>());
 }
+
+#[tokio::test]
+async fn grpc_web_answers_on_the_grpc_port() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let server = TestServer::start().await;
+    // A browser's gRPC-Web call over HTTP/1.1: one length-prefixed frame
+    // holding an empty HealthCheckRequest.
+    let body = [0u8, 0, 0, 0, 0];
+    let request = format!(
+        "POST /grpc.health.v1.Health/Check HTTP/1.1\r\nHost: {}\r\ncontent-type: application/grpc-web+proto\r\nx-grpc-web: 1\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+        server.addr,
+        body.len()
+    );
+    let mut conn = tokio::net::TcpStream::connect(server.addr).await.unwrap();
+    conn.write_all(request.as_bytes()).await.unwrap();
+    conn.write_all(&body).await.unwrap();
+    let mut response = Vec::new();
+    tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        conn.read_to_end(&mut response),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    let text = String::from_utf8_lossy(&response);
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    assert!(
+        text.to_lowercase()
+            .contains("content-type: application/grpc-web+proto"),
+        "{text}"
+    );
+    // The trailers frame carries the status; SERVING is field 1 = 1.
+    assert!(text.contains("grpc-status:0"), "{text}");
+    assert!(
+        response.windows(2).any(|w| w == [0x08, 0x01]),
+        "SERVING in the message frame"
+    );
+}
