@@ -30,10 +30,10 @@ pub fn get_plan(view: &dyn ReadView, session_id: &str) -> Result<PlanRecord> {
         return Ok(plan);
     }
     require_session(view, session_id)?;
-    Ok(view.plan(session_id)?.unwrap_or_else(|| PlanRecord {
+    Ok(PlanRecord {
         session_id: session_id.to_owned(),
         ..PlanRecord::default()
-    }))
+    })
 }
 
 /// A plan without requiring the session (an unknown one reads as empty).
