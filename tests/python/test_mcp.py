@@ -88,6 +88,11 @@ def test_update_plan_hint_errors_and_a_walk_to_completion(server_addr):
         assert err and "status" in text
         err, _ = await call(mcp, "update_plan", plan=steps(4))
         assert not err
+        # Arguments that do not fit the tool's schema are a tool error too.
+        err, text = await call(mcp, "update_plan", steps=[])
+        assert err and "plan" in text
+        err, _ = await call(mcp, "todo_read")
+        assert not err
 
     run(with_agent(server_addr, "walker", "walker", body))
 
