@@ -15,9 +15,11 @@ use prost::Message;
 use tonic::codegen::http::uri::PathAndQuery;
 use tonic::transport::{Channel, Endpoint};
 
+use crate::api::convert::micros;
 use crate::pb;
 use crate::pb::plan_service_client::PlanServiceClient;
 use crate::pb::watch_service_client::WatchServiceClient;
+use crate::store::now_micros;
 
 /// What to measure.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -437,12 +439,6 @@ async fn open_watch(
     Err(tonic::Status::unavailable("watch ended before synced"))
 }
 
-fn micros_now() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
-}
-
 async fn watch_fanout(
     args: &BenchArgs,
 ) -> Result<Report, Box<dyn std::error::Error + Send + Sync>> {
@@ -467,8 +463,7 @@ async fn watch_fanout(
                     && let Some(t) = p.update_time
                     && Instant::now() >= measure_from
                 {
-                    let committed = t.seconds * 1_000_000 + i64::from(t.nanos / 1000);
-                    let lat = (micros_now() - committed).max(0);
+                    let lat = (now_micros() - micros(Some(&t))).max(0);
                     latencies.push(u32::try_from(lat).unwrap_or(u32::MAX));
                 }
             }

@@ -21,6 +21,7 @@ use serde_json::{Value, json};
 use tokio::sync::OnceCell;
 use tonic::transport::{Channel, Endpoint};
 
+use crate::api::convert::micros;
 use crate::domain::rfc3339;
 use crate::pb;
 
@@ -281,9 +282,7 @@ pub(crate) fn step_status_name(s: pb::StepStatus) -> &'static str {
 
 /// A timestamp as the seed's ISO-8601 text (`null` when unset).
 pub(crate) fn timestamp_json(t: Option<&prost_types::Timestamp>) -> Value {
-    t.map_or(Value::Null, |t| {
-        Value::String(rfc3339(t.seconds * 1_000_000 + i64::from(t.nanos / 1000)))
-    })
+    t.map_or(Value::Null, |t| Value::String(rfc3339(micros(Some(t)))))
 }
 
 /// A todo list as `todo_read` shows it: ids, content, statuses,
@@ -621,16 +620,14 @@ impl CairnTools {
         let req = pb::GetPlanStatusRequest {
             session_id: self.session_id.clone(),
         };
-        match self.plans().get_plan_status(req).await {
-            Ok(r) => self.status_reply(Ok(r.into_inner().status)),
-            // A session that never planned is simply in normal mode.
-            Err(e) if e.code() == tonic::Code::NotFound => ok_json(&status_json(&pb::PlanStatus {
-                session_id: self.session_id.clone(),
-                mode: pb::PlanMode::Normal.into(),
-                ..pb::PlanStatus::default()
-            })),
-            Err(e) => tool_error(&e),
-        }
+        // The session exists (ensured above); one that never planned reads
+        // as normal mode.
+        self.status_reply(
+            self.plans()
+                .get_plan_status(req)
+                .await
+                .map(|r| r.into_inner().status),
+        )
     }
 
     #[tool(

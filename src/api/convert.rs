@@ -27,6 +27,11 @@ pub fn timestamp(micros: Micros) -> Option<Timestamp> {
     })
 }
 
+/// A proto timestamp back to server micros; unset maps to 0 ("never").
+pub fn micros(t: Option<&Timestamp>) -> Micros {
+    t.map_or(0, |t| t.seconds * 1_000_000 + i64::from(t.nanos / 1000))
+}
+
 // ---- sessions ----
 
 impl From<pb::Session> for Session {
@@ -143,7 +148,8 @@ pub fn plan(r: PlanRecord) -> pb::Plan {
 
 // ---- plan mode ----
 
-fn mode_out(m: Mode) -> pb::PlanMode {
+/// The API's mode enum for a domain mode.
+pub fn mode(m: Mode) -> pb::PlanMode {
     match m {
         Mode::Normal => pb::PlanMode::Normal,
         Mode::Planning => pb::PlanMode::Planning,
@@ -156,7 +162,7 @@ pub fn plan_status(r: &PlanRecord) -> pb::PlanStatus {
     let m = &r.plan.mode;
     pb::PlanStatus {
         session_id: r.session_id.clone(),
-        mode: mode_out(m.mode).into(),
+        mode: mode(m.mode).into(),
         goal: m.goal.clone(),
         scope: m.scope.clone(),
         pending: m.pending.clone().map(pending_plan),
@@ -320,11 +326,6 @@ pub fn history_entry(e: HistoryEntry) -> pb::PlanHistoryEntry {
         submit_time: timestamp(e.submit_time),
         end_time: timestamp(e.end_time),
     }
-}
-
-/// The API's mode enum for a domain mode.
-pub fn mode(m: Mode) -> pb::PlanMode {
-    mode_out(m)
 }
 
 // ---- todos ----

@@ -115,26 +115,21 @@ impl PlanApi {
         })
     }
 
-    async fn get_plan_inner(&self, req: pb::GetPlanRequest) -> Result<pb::GetPlanResponse> {
-        let pb::GetPlanRequest { session_id } = req;
-        let (record, revision) = self
-            .state
+    /// A session's plan and the current revision, from one snapshot.
+    async fn read_plan(&self, session_id: String) -> Result<(PlanRecord, u64)> {
+        self.state
             .store
             .read(move |v| Ok((ops::get_plan(v, &session_id)?, v.revision()?)))
-            .await?;
+            .await
+    }
+
+    async fn get_plan_inner(&self, req: pb::GetPlanRequest) -> Result<pb::GetPlanResponse> {
+        let pb::GetPlanRequest { session_id } = req;
+        let (record, revision) = self.read_plan(session_id).await?;
         Ok(pb::GetPlanResponse {
             plan: Some(convert::plan(record)),
             revision,
         })
-    }
-
-    async fn get_status(&self, session_id: String) -> Result<(pb::PlanStatus, u64)> {
-        let (record, revision) = self
-            .state
-            .store
-            .read(move |v| Ok((ops::get_plan(v, &session_id)?, v.revision()?)))
-            .await?;
-        Ok((convert::plan_status(&record), revision))
     }
 }
 
@@ -238,9 +233,9 @@ impl PlanApi {
         req: pb::GetPlanStatusRequest,
     ) -> Result<pb::GetPlanStatusResponse> {
         let pb::GetPlanStatusRequest { session_id } = req;
-        let (status, revision) = self.get_status(session_id).await?;
+        let (record, revision) = self.read_plan(session_id).await?;
         Ok(pb::GetPlanStatusResponse {
-            status: Some(status),
+            status: Some(convert::plan_status(&record)),
             revision,
         })
     }

@@ -16,8 +16,10 @@ use clap::{Subcommand, ValueEnum};
 use serde_json::{Value, json};
 use tonic::transport::{Channel, Endpoint};
 
+use crate::api::convert::micros;
 use crate::mcp::{step_status_name as status_name, timestamp_json as ts};
 use crate::pb;
+use crate::store::now_micros;
 use render::{BoardRow, Mark};
 
 /// Output format of client commands.
@@ -720,16 +722,6 @@ struct Tracked {
     changed_micros: i64,
 }
 
-fn micros_of(t: Option<&prost_types::Timestamp>) -> i64 {
-    t.map_or(0, |t| t.seconds * 1_000_000 + i64::from(t.nanos / 1000))
-}
-
-fn now_micros() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
-}
-
 /// Board rows in tree order from what the board tracks.
 fn board_rows(root: &str, tracked: &HashMap<String, Tracked>) -> Vec<BoardRow> {
     let mut children: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
@@ -892,7 +884,7 @@ fn apply(root: &str, tracked: &mut HashMap<String, Tracked>, e: &pb::Event) {
             if in_tree {
                 let t = tracked.entry(s.session_id.clone()).or_default();
                 t.session = s.clone();
-                t.changed_micros = t.changed_micros.max(micros_of(s.update_time.as_ref()));
+                t.changed_micros = t.changed_micros.max(micros(s.update_time.as_ref()));
             } else {
                 tracked.remove(&s.session_id);
             }
@@ -904,7 +896,7 @@ fn apply(root: &str, tracked: &mut HashMap<String, Tracked>, e: &pb::Event) {
                 t.session.parent_session_id.clone_from(&e.parent_session_id);
                 t.session.agent_id.clone_from(&e.agent_id);
             }
-            t.changed_micros = t.changed_micros.max(micros_of(p.update_time.as_ref()));
+            t.changed_micros = t.changed_micros.max(micros(p.update_time.as_ref()));
             t.plan = Some(p.clone());
         }
         _ => {}

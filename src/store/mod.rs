@@ -335,7 +335,8 @@ impl Store {
     }
 }
 
-pub(crate) fn now_micros() -> Micros {
+/// Server time now; every stored timestamp comes from here.
+pub fn now_micros() -> Micros {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX))

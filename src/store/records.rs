@@ -6,7 +6,6 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::domain::plan_mode::HistoryEntry;
 use crate::domain::session::Session;
 use crate::domain::todo::TodoItem;
 use crate::domain::{Micros, SessionPlan};
@@ -159,7 +158,3 @@ pub struct SessionPage {
     /// The last id of this page when more may follow.
     pub next_after: Option<String>,
 }
-
-/// History entries are stored apart from the plan so that a long history
-/// does not make every plan update rewrite it.
-pub type History = Vec<HistoryEntry>;
