@@ -88,7 +88,7 @@ impl Target {
 }
 
 /// Where the hub files a watcher.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 enum Key {
     Session(String),
     Tree(String),
@@ -106,10 +106,45 @@ struct Slot {
     overflowed: AtomicBool,
 }
 
+/// Watchers by what they follow. One map per kind, keyed by plain ids, so
+/// dispatch looks events up by `&str` without building keys.
 #[derive(Debug, Default)]
 struct Registry {
     next_id: u64,
-    slots: HashMap<Key, Vec<Arc<Slot>>>,
+    sessions: HashMap<String, Vec<Arc<Slot>>>,
+    trees: HashMap<String, Vec<Arc<Slot>>>,
+    agents: HashMap<String, Vec<Arc<Slot>>>,
+    all: Vec<Arc<Slot>>,
+}
+
+impl Registry {
+    /// The list a key files into.
+    fn list_mut(&mut self, key: &Key) -> &mut Vec<Arc<Slot>> {
+        match key {
+            Key::Session(id) => self.sessions.entry(id.clone()).or_default(),
+            Key::Tree(id) => self.trees.entry(id.clone()).or_default(),
+            Key::Agent(id) => self.agents.entry(id.clone()).or_default(),
+            Key::All => &mut self.all,
+        }
+    }
+
+    fn remove(&mut self, key: &Key, slot_id: u64) {
+        let (map, id) = match key {
+            Key::Session(id) => (&mut self.sessions, id),
+            Key::Tree(id) => (&mut self.trees, id),
+            Key::Agent(id) => (&mut self.agents, id),
+            Key::All => {
+                self.all.retain(|s| s.id != slot_id);
+                return;
+            }
+        };
+        if let Some(list) = map.get_mut(id) {
+            list.retain(|s| s.id != slot_id);
+            if list.is_empty() {
+                map.remove(id);
+            }
+        }
+    }
 }
 
 /// Fans committed revisions out to the watchers they concern.
@@ -166,10 +201,7 @@ impl Hub {
         });
         let keys = target.keys();
         for key in &keys {
-            reg.slots
-                .entry(key.clone())
-                .or_default()
-                .push(Arc::clone(&slot));
+            reg.list_mut(key).push(Arc::clone(&slot));
         }
         let at = self.dispatched();
         drop(reg);
@@ -192,27 +224,21 @@ impl Hub {
         let mut hits: Vec<&Arc<Slot>> = Vec::new();
         for rev in revisions {
             hits.clear();
-            let mut add = |key: &Key| {
-                if let Some(slots) = reg.slots.get(key) {
-                    for s in slots {
-                        if !hits.iter().any(|h| h.id == s.id) {
-                            hits.push(s);
-                        }
-                    }
-                }
-            };
-            add(&Key::All);
+            let mut lists: Vec<&Vec<Arc<Slot>>> = vec![&reg.all];
             for e in &rev.events {
                 if e.session_id.is_empty() {
-                    if !e.agent_id.is_empty() {
-                        add(&Key::Agent(e.agent_id.clone()));
-                    }
+                    lists.extend(reg.agents.get(e.agent_id.as_str()));
                     continue;
                 }
-                add(&Key::Session(e.session_id.clone()));
-                add(&Key::Tree(e.session_id.clone()));
+                lists.extend(reg.sessions.get(e.session_id.as_str()));
+                lists.extend(reg.trees.get(e.session_id.as_str()));
                 for a in e.ancestors.iter().chain(&e.previous_ancestors) {
-                    add(&Key::Tree(a.clone()));
+                    lists.extend(reg.trees.get(a.as_str()));
+                }
+            }
+            for s in lists.into_iter().flatten() {
+                if !hits.iter().any(|h| h.id == s.id) {
+                    hits.push(s);
                 }
             }
             for slot in &hits {
@@ -239,22 +265,8 @@ impl Hub {
     fn unsubscribe(&self, slot: &Slot, keys: &[Key]) {
         let mut reg = self.lock();
         for key in keys {
-            if let Some(list) = reg.slots.get_mut(key) {
-                list.retain(|s| s.id != slot.id);
-                if list.is_empty() {
-                    reg.slots.remove(key);
-                }
-            }
+            reg.remove(key, slot.id);
         }
-    }
-
-    /// Watchers registered now (for metrics and tests).
-    pub fn watchers(&self) -> usize {
-        let reg = self.lock();
-        let mut ids: Vec<u64> = reg.slots.values().flatten().map(|s| s.id).collect();
-        ids.sort_unstable();
-        ids.dedup();
-        ids.len()
     }
 }
 
