@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
-use crate::api::server::ServerConfig;
+use crate::api::conn::ConnLimits;
+use crate::api::server::{DEFAULT_MAX_REQUEST_BYTES, ServerConfig};
 use crate::api::{DEFAULT_BLOCKED_TOOLS, Policy};
 use crate::domain::Limits;
 use crate::store::StoreOptions;
@@ -41,7 +42,7 @@ pub enum LogFormat {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the server on an embedded redb database under the data directory.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Load-test a running server (or etcd) and print one JSON line of figures.
     Bench(crate::bench::BenchArgs),
     /// Serve the seed tools (update_plan, todo_*, plan_*, wait, check_action)
@@ -138,10 +139,50 @@ pub struct ServeArgs {
     /// How often the log is compacted (e.g. `60s`).
     #[arg(long, env = "CAIRN_COMPACTION_INTERVAL", default_value = "60s", value_parser = parse_duration)]
     pub compaction_interval: Duration,
+    /// Deepest session tree: sessions on the path from a root to a leaf.
+    #[arg(long, env = "CAIRN_MAX_TREE_DEPTH", default_value_t = Limits::default().max_tree_depth)]
+    pub max_tree_depth: usize,
+    /// Largest stored plan (checklist and plan-mode state together), in bytes.
+    #[arg(long, env = "CAIRN_MAX_PLAN_BYTES", default_value_t = Limits::default().max_plan_bytes)]
+    pub max_plan_bytes: usize,
+    /// Largest request message, in bytes.
+    #[arg(long, env = "CAIRN_MAX_REQUEST_BYTES", default_value_t = DEFAULT_MAX_REQUEST_BYTES)]
+    pub max_request_bytes: usize,
+    /// Most connections open at once (gRPC and dashboard each); more are closed at once.
+    #[arg(long, env = "CAIRN_MAX_CONNECTIONS", default_value_t = ConnLimits::default().max_connections)]
+    pub max_connections: usize,
+    /// Close connections with no request in flight for this long (open watch streams count).
+    #[arg(long, env = "CAIRN_IDLE_TIMEOUT", default_value = "5m", value_parser = parse_duration)]
+    pub idle_timeout: Duration,
+    /// Close connections that take longer than this to send a whole request (or request headers).
+    #[arg(long, env = "CAIRN_HEADER_READ_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    pub header_read_timeout: Duration,
+    /// On SIGTERM, how long open requests get to finish before their connections are closed.
+    #[arg(long, env = "CAIRN_DRAIN_TIMEOUT", default_value = "20s", value_parser = parse_duration)]
+    pub drain_timeout: Duration,
+    /// Verify every page of the database when starting (reads the whole file once).
+    #[arg(long, env = "CAIRN_CHECK_INTEGRITY", default_value_t = true, action = clap::ArgAction::Set)]
+    pub check_integrity: bool,
+    /// Origins besides the listen address that may use the dashboard, e.g.
+    /// `https://cairn.example.com` behind a reverse proxy (comma-separated).
+    #[arg(long, env = "CAIRN_WEB_ORIGINS", value_delimiter = ',')]
+    pub web_origin: Vec<String>,
 }
 
-/// Parses `250ms`, `10s`, `5m`, `24h` or `2d` (a bare number is seconds).
+/// Longest duration any flag takes: beyond it, timers would overflow.
+pub const MAX_DURATION: Duration = Duration::from_secs(366 * 86_400);
+
+/// Parses `250ms`, `10s`, `5m`, `24h` or `2d` (a bare number is seconds),
+/// at most a year.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let d = parse_any_duration(text)?;
+    if d > MAX_DURATION {
+        return Err(format!("{text:?} is longer than the most allowed, 366d"));
+    }
+    Ok(d)
+}
+
+fn parse_any_duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();
     let split = text
         .find(|c: char| !c.is_ascii_digit())
@@ -170,6 +211,7 @@ impl ServeArgs {
         store.commit_batch = self.commit_batch.max(1);
         store.queue_depth = self.commit_queue.max(1);
         store.commit_bytes = self.commit_bytes.max(1);
+        store.check_integrity = self.check_integrity;
         ServerConfig {
             store,
             progress_interval: self.progress_interval,
@@ -187,6 +229,8 @@ impl ServeArgs {
                     max_text_bytes: self.max_text_bytes,
                     max_id_len: self.max_id_len,
                     max_labels: self.max_labels,
+                    max_tree_depth: self.max_tree_depth.max(1),
+                    max_plan_bytes: self.max_plan_bytes,
                 },
                 simple_task_threshold: self.simple_task_threshold,
                 blocked_tools: self
@@ -196,6 +240,14 @@ impl ServeArgs {
                     .filter(|t| !t.is_empty())
                     .collect(),
             },
+            web_origins: self.web_origin.clone(),
+            conn: ConnLimits {
+                max_connections: self.max_connections.max(1),
+                idle_timeout: self.idle_timeout,
+                header_read_timeout: self.header_read_timeout,
+                drain_timeout: self.drain_timeout,
+            },
+            max_request_bytes: self.max_request_bytes.max(1024),
         }
     }
 }
@@ -225,6 +277,8 @@ mod tests {
         assert_eq!(parse_duration("24h"), Ok(Duration::from_secs(86_400)));
         assert!(parse_duration("5 parsecs").is_err());
         assert!(parse_duration("").is_err());
+        assert!(parse_duration("99999999999d").is_err());
+        assert_eq!(parse_duration("366d"), Ok(MAX_DURATION));
     }
 
     #[test]

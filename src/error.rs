@@ -117,13 +117,36 @@ pub enum Error {
     #[error("{0}")]
     Conflicting(String),
 
+    /// A watch asked to start after the next revision.
+    #[error(
+        "start_revision {requested} is beyond the next revision {next}: watch from a revision a read returned, plus one"
+    )]
+    RevisionNotYet { requested: u64, next: u64 },
+
     /// The server is shutting down and takes no more writes.
     #[error("the server is shutting down")]
     ShuttingDown,
 
+    /// The store cannot serve right now (it is reopening after a storage
+    /// error); retrying later may succeed.
+    #[error("the store is unavailable: {0}")]
+    Unavailable(String),
+
+    /// The disk holding the database is full; the mutation was not applied.
+    #[error("the disk holding {file} is full: {detail}; the mutation was not applied")]
+    DiskFull { file: String, detail: String },
+
+    /// The database file is corrupt: data may be lost. Restore a backup.
+    #[error("the database file {file} is corrupt: {detail}")]
+    DataLoss { file: String, detail: String },
+
     /// The database failed; the mutation was not applied.
     #[error("storage error: {0}")]
     Storage(String),
+
+    /// A bug: something that should not happen did (a panic, caught).
+    #[error("internal error: {0}")]
+    Internal(String),
 }
 
 impl Error {
@@ -137,8 +160,34 @@ impl Error {
 
     /// Whether retrying the same request may succeed without changing it.
     pub fn is_retryable(&self) -> bool {
-        matches!(self, Error::ShuttingDown | Error::Storage(_))
+        matches!(
+            self,
+            Error::ShuttingDown | Error::Unavailable(_) | Error::DiskFull { .. }
+        )
     }
+}
+
+/// At most this many characters of client input are echoed in an error or
+/// a log line, so a hostile request cannot inflate either.
+pub const EXCERPT_CHARS: usize = 48;
+
+/// A short, printable excerpt of client input for messages and logs:
+/// control characters escaped, at most [`EXCERPT_CHARS`] characters, and
+/// the full length said when it was cut.
+pub fn excerpt(text: &str) -> String {
+    let mut out = String::new();
+    for (n, c) in text.chars().enumerate() {
+        if n == EXCERPT_CHARS {
+            let _ = write!(out, "…({} bytes)", text.len());
+            return out;
+        }
+        if c.is_control() {
+            let _ = write!(out, "{}", c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 fn join_ids(ids: &[u32]) -> String {
@@ -152,11 +201,46 @@ fn join_ids(ids: &[u32]) -> String {
     out
 }
 
+/// What a redb failure means for the caller. The file name is filled in by
+/// the store, which knows it.
+fn from_redb(e: redb::Error) -> Error {
+    match e {
+        // A failed commit discards redb's allocator state: the file is
+        // fine, the handle must be reopened.
+        redb::Error::Corrupted(detail) if detail.starts_with("Allocator state was discarded") => {
+            Error::Unavailable(format!("{detail}; the database is being reopened"))
+        }
+        redb::Error::Corrupted(detail) => Error::DataLoss {
+            file: String::new(),
+            detail,
+        },
+        redb::Error::Io(io) if is_disk_full(&io) => Error::DiskFull {
+            file: String::new(),
+            detail: io.to_string(),
+        },
+        redb::Error::Io(io) => {
+            Error::Unavailable(format!("I/O error: {io}; the database is being reopened"))
+        }
+        redb::Error::PreviousIo => Error::Unavailable(
+            "an earlier I/O error closed the database; it is being reopened".into(),
+        ),
+        other => Error::Storage(other.to_string()),
+    }
+}
+
+/// Whether an I/O error says the disk (or the quota) is full.
+pub fn is_disk_full(e: &std::io::Error) -> bool {
+    // ENOSPC (28) and EDQUOT (122) on Linux.
+    e.kind() == std::io::ErrorKind::StorageFull
+        || e.kind() == std::io::ErrorKind::QuotaExceeded
+        || matches!(e.raw_os_error(), Some(28 | 122))
+}
+
 macro_rules! storage_from {
     ($($t:ty),* $(,)?) => {$(
         impl From<$t> for Error {
             fn from(e: $t) -> Self {
-                Error::Storage(e.to_string())
+                from_redb(e.into())
             }
         }
     )*};

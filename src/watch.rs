@@ -41,6 +41,9 @@ use crate::store::{ReadView, Store, ops};
 
 /// Revisions read from the log per catch-up step.
 const CATCH_UP_CHUNK: usize = 256;
+/// Bytes of log records read per catch-up step (at least one revision):
+/// what a lagging watcher holds beyond its buffer, whatever its backlog.
+const CATCH_UP_BYTES: usize = 1 << 20;
 
 /// What a watch follows.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -389,7 +392,7 @@ async fn read_log(store: &Store, target: &Target, next: &mut u64, upto: u64) -> 
         let revs = store
             .read(move |v| {
                 ensure_retained(v, from)?;
-                v.revisions_from(from, CATCH_UP_CHUNK)
+                v.revisions_from(from, CATCH_UP_CHUNK, CATCH_UP_BYTES)
             })
             .await?;
         if revs.first().is_none_or(|r| r.revision != from) {

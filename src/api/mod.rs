@@ -5,6 +5,7 @@
 //! inner function that speaks domain types and returns [`crate::error::Result`],
 //! and converts the error once through [`status`].
 
+pub mod conn;
 pub mod convert;
 pub mod plan;
 pub mod server;

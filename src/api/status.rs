@@ -112,9 +112,22 @@ impl From<Error> for Status {
                 meta.insert("current_revision".into(), current_revision.to_string());
                 (Code::FailedPrecondition, "REVISION_COMPACTED")
             }
+            Error::RevisionNotYet { requested, next } => {
+                meta.insert("requested_revision".into(), requested.to_string());
+                meta.insert("next_revision".into(), next.to_string());
+                field = Some(("start_revision".into(), message.clone()));
+                (Code::OutOfRange, "REVISION_NOT_YET")
+            }
             Error::Conflicting(_) => (Code::InvalidArgument, "CONFLICTING_OPTIONS"),
             Error::ShuttingDown => (Code::Unavailable, "SHUTTING_DOWN"),
+            Error::Unavailable(_) => (Code::Unavailable, "STORE_UNAVAILABLE"),
+            Error::DiskFull { .. } => (Code::ResourceExhausted, "DISK_FULL"),
+            Error::DataLoss { file, .. } => {
+                meta.insert("file".into(), file.clone());
+                (Code::DataLoss, "DATA_CORRUPTED")
+            }
             Error::Storage(_) => (Code::Internal, "STORAGE"),
+            Error::Internal(_) => (Code::Internal, "INTERNAL"),
         };
         let mut details = ErrorDetails::with_error_info(reason, ERROR_DOMAIN, meta);
         if let Some((f, d)) = field {

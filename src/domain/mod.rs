@@ -44,6 +44,13 @@ pub struct Limits {
     pub max_id_len: usize,
     /// Labels on one session.
     pub max_labels: usize,
+    /// Sessions on the path from a root to any session: bounds the work
+    /// (ancestry in every event, cycle checks) each tree operation does.
+    pub max_tree_depth: usize,
+    /// Bytes of one stored plan: the checklist with the plan-mode state
+    /// (pending and active plans, modifications). Every change rewrites
+    /// and logs the whole record, so this bounds each write's cost.
+    pub max_plan_bytes: usize,
 }
 
 impl Default for Limits {
@@ -54,6 +61,8 @@ impl Default for Limits {
             max_text_bytes: 8 * 1024,
             max_id_len: 128,
             max_labels: 64,
+            max_tree_depth: 64,
+            max_plan_bytes: 1024 * 1024,
         }
     }
 }
@@ -116,6 +125,10 @@ impl Limits {
                 format!("invalid character {bad:?}: ids use only [A-Za-z0-9._:-]"),
             ));
         }
+        // URL paths normalise these two away (`/sessions/../approve`).
+        if id == "." || id == ".." {
+            return Err(Error::invalid(field, "`.` and `..` are not ids"));
+        }
         Ok(())
     }
 }
@@ -177,6 +190,9 @@ mod tests {
             Err(Error::LimitExceeded { .. })
         ));
         assert!(l.check_resource_id("id", &"x".repeat(128)).is_ok());
+        assert!(l.check_resource_id("id", ".").is_err());
+        assert!(l.check_resource_id("id", "..").is_err());
+        assert!(l.check_resource_id("id", "...").is_ok());
     }
 
     #[test]

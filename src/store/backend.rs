@@ -9,11 +9,15 @@
 //! with `#[serde(default)]`: adding a field never breaks reading old records,
 //! and the byte leaves room for a denser format later.
 
-use redb::{Database, ReadTransaction, ReadableTable, TableDefinition, WriteTransaction};
+use redb::{
+    Database, ReadTransaction, ReadableTable, ReadableTableMetadata, TableDefinition,
+    WriteTransaction,
+};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::records::{PlanRecord, Revision, SessionPage, TodoRecord};
+use crate::domain::Micros;
 use crate::domain::plan_mode::HistoryEntry;
 use crate::domain::session::Session;
 use crate::error::{Error, Result};
@@ -25,6 +29,9 @@ const PLANS: TableDefinition<&str, &[u8]> = TableDefinition::new("plans");
 const HISTORY: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("plan_history");
 const TODOS: TableDefinition<&str, &[u8]> = TableDefinition::new("todos");
 const EVENTS: TableDefinition<u64, &[u8]> = TableDefinition::new("events");
+/// Commit time of each logged revision, so the compactor decides what is
+/// due from 16 bytes a revision instead of decoding whole revisions.
+const EVENT_TIMES: TableDefinition<u64, i64> = TableDefinition::new("event_times");
 
 const REVISION_KEY: &str = "revision";
 const COMPACT_KEY: &str = "compact_revision";
@@ -46,8 +53,13 @@ pub trait ReadView {
     fn todos(&self, agent_id: &str) -> Result<Option<TodoRecord>>;
     /// Every agent's todo list, by agent id.
     fn all_todos(&self) -> Result<Vec<TodoRecord>>;
-    /// Logged revisions from `from` (inclusive), at most `limit`.
-    fn revisions_from(&self, from: u64, limit: usize) -> Result<Vec<Revision>>;
+    /// Logged revisions from `from` (inclusive): at most `limit`, and no
+    /// more once `max_bytes` of records are read (but always one), so a
+    /// reader's memory is bounded whatever the revisions hold.
+    fn revisions_from(&self, from: u64, limit: usize, max_bytes: usize) -> Result<Vec<Revision>>;
+    /// Commit times of logged revisions from `from` (inclusive), at most
+    /// `limit`, in revision order.
+    fn revision_times(&self, from: u64, limit: usize) -> Result<Vec<(u64, Micros)>>;
 }
 
 /// Writes inside one transaction.
@@ -73,19 +85,51 @@ pub(crate) fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>> {
     Ok(out)
 }
 
+/// A stored record that cannot be decoded was damaged on disk: data loss,
+/// not a passing failure.
 pub(crate) fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T> {
+    let damaged = |detail: String| Error::DataLoss {
+        file: String::new(),
+        detail: format!("a stored record cannot be decoded ({detail})"),
+    };
     match bytes.split_first() {
         Some((&FORMAT_JSON, body)) => {
-            serde_json::from_slice(body).map_err(|e| Error::Storage(format!("decode: {e}")))
+            serde_json::from_slice(body).map_err(|e| damaged(e.to_string()))
         }
-        Some((other, _)) => Err(Error::Storage(format!("unknown record format {other}"))),
-        None => Err(Error::Storage("empty record".into())),
+        Some((other, _)) => Err(damaged(format!("unknown record format {other}"))),
+        None => Err(damaged("empty record".into())),
     }
 }
 
 /// Opens (or creates) the database file and every table.
-pub fn open(path: &std::path::Path) -> Result<Database> {
-    let db = Database::create(path)?;
+///
+/// An existing file that is empty is refused: redb would silently make it a
+/// new store at revision 0, hiding that the data is gone (a truncated copy,
+/// a failed restore). With `check_integrity`, every page's checksum is
+/// verified first, so a file damaged outside redb fails here, with a clear
+/// error, instead of on some later read.
+pub fn open(path: &std::path::Path, check_integrity: bool) -> Result<Database> {
+    match std::fs::metadata(path) {
+        Ok(m) if m.len() == 0 => {
+            return Err(Error::DataLoss {
+                file: path.display().to_string(),
+                detail: "the file is empty (0 bytes), as if truncated; restore it from a backup, or remove it to start a new, empty store".into(),
+            });
+        }
+        _ => {}
+    }
+    let file = path.display().to_string();
+    let mut builder = Database::builder();
+    builder.set_check_integrity_on_open(check_integrity);
+    builder.set_repair_callback(move |session| {
+        let progress = session.progress();
+        if progress == 0.0 {
+            tracing::warn!(file = %file, "the database needs repair (unclean shutdown or integrity check): repairing");
+        } else {
+            tracing::info!(file = %file, progress = format!("{:.0}%", progress * 100.0), "repairing the database");
+        }
+    });
+    let db = builder.create(path)?;
     let txn = db.begin_write()?;
     {
         txn.open_table(META)?;
@@ -94,7 +138,17 @@ pub fn open(path: &std::path::Path) -> Result<Database> {
         txn.open_table(PLANS)?;
         txn.open_table(HISTORY)?;
         txn.open_table(TODOS)?;
-        txn.open_table(EVENTS)?;
+        let events = txn.open_table(EVENTS)?;
+        let mut times = txn.open_table(EVENT_TIMES)?;
+        // A store written before the times table existed: index it once.
+        if times.is_empty()? && !events.is_empty()? {
+            tracing::info!("indexing the commit times of the event log (once, after an upgrade)");
+            for entry in events.range::<u64>(..)? {
+                let (k, v) = entry?;
+                let rev: Revision = decode(v.value())?;
+                times.insert(k.value(), rev.time)?;
+            }
+        }
     }
     txn.commit()?;
     Ok(db)
@@ -213,12 +267,28 @@ impl ReadView for RedbView<'_> {
         })
     }
 
-    fn revisions_from(&self, from: u64, limit: usize) -> Result<Vec<Revision>> {
+    fn revisions_from(&self, from: u64, limit: usize, max_bytes: usize) -> Result<Vec<Revision>> {
         with_table!(self, EVENTS, |t| {
             let mut out = Vec::new();
+            let mut bytes = 0;
             for entry in t.range(from..)?.take(limit) {
                 let (_, v) = entry?;
+                bytes += v.value().len();
                 out.push(decode(v.value())?);
+                if bytes >= max_bytes {
+                    break;
+                }
+            }
+            Ok(out)
+        })
+    }
+
+    fn revision_times(&self, from: u64, limit: usize) -> Result<Vec<(u64, Micros)>> {
+        with_table!(self, EVENT_TIMES, |t| {
+            let mut out = Vec::new();
+            for entry in t.range(from..)?.take(limit) {
+                let (k, v) = entry?;
+                out.push((k.value(), v.value()));
             }
             Ok(out)
         })
@@ -264,8 +334,11 @@ impl ReadView for RedbWrite<'_> {
     fn all_todos(&self) -> Result<Vec<TodoRecord>> {
         self.view().all_todos()
     }
-    fn revisions_from(&self, from: u64, limit: usize) -> Result<Vec<Revision>> {
-        self.view().revisions_from(from, limit)
+    fn revisions_from(&self, from: u64, limit: usize, max_bytes: usize) -> Result<Vec<Revision>> {
+        self.view().revisions_from(from, limit, max_bytes)
+    }
+    fn revision_times(&self, from: u64, limit: usize) -> Result<Vec<(u64, Micros)>> {
+        self.view().revision_times(from, limit)
     }
 }
 
@@ -330,6 +403,9 @@ impl WriteView for RedbWrite<'_> {
             .open_table(EVENTS)?
             .insert(r.revision, encode(r)?.as_slice())?;
         self.txn
+            .open_table(EVENT_TIMES)?
+            .insert(r.revision, r.time)?;
+        self.txn
             .open_table(META)?
             .insert(REVISION_KEY, r.revision)?;
         Ok(())
@@ -341,6 +417,9 @@ impl WriteView for RedbWrite<'_> {
         }
         self.txn
             .open_table(EVENTS)?
+            .retain_in(..=upto, |_, _| false)?;
+        self.txn
+            .open_table(EVENT_TIMES)?
             .retain_in(..=upto, |_, _| false)?;
         self.txn.open_table(META)?.insert(COMPACT_KEY, upto)?;
         Ok(())

@@ -68,15 +68,15 @@ pub async fn compact_once(store: &Store, retention: Retention) -> Result<bool> {
             // Expired by count: everything but the newest `revisions`.
             let mut target = current.saturating_sub(retention.revisions).min(limit);
             // Expired by age: revisions inside the count window may still be
-            // too old.
+            // too old. Only their commit times are read, never the events.
             let from = target.max(compact) + 1;
             if from <= limit.min(current) {
                 let n = usize::try_from(limit.min(current) - from + 1).unwrap_or(usize::MAX);
-                for rev in v.revisions_from(from, n)? {
-                    if rev.time >= cutoff_time {
+                for (revision, time) in v.revision_times(from, n)? {
+                    if time >= cutoff_time {
                         break;
                     }
-                    target = rev.revision;
+                    target = revision;
                 }
             }
             Ok((compact, target))

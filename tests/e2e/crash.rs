@@ -7,8 +7,6 @@
 //! to the stored state. `CAIRN_CRASH_ROUNDS` (default 3) runs longer.
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -18,64 +16,10 @@ use cairn::pb::watch_service_client::WatchServiceClient;
 use tonic::transport::Channel;
 
 use crate::common::{five_steps, todo, update};
+use crate::process::Proc;
 use crate::watch::history;
 
 const CLIENTS: usize = 4;
-
-/// A `cairn serve` child process.
-struct Server {
-    child: Child,
-    addr: String,
-}
-
-impl Server {
-    fn start(data_dir: &std::path::Path) -> Server {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_cairn"))
-            .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
-            .arg(data_dir)
-            .env("CAIRN_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn cairn serve");
-        let stderr = child.stderr.take().expect("stderr");
-        let (tx, rx) = std::sync::mpsc::channel();
-        // Read the bound address from the log, then keep draining the pipe
-        // so the server never blocks on a full stderr.
-        std::thread::spawn(move || {
-            let mut tx = Some(tx);
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if let Some(rest) = line.split("listen=").nth(1)
-                    && let Some(tx) = tx.take()
-                {
-                    let addr = rest
-                        .split_whitespace()
-                        .next()
-                        .unwrap_or_default()
-                        .to_string();
-                    let _ = tx.send(addr);
-                }
-            }
-        });
-        let addr = rx
-            .recv_timeout(Duration::from_secs(30))
-            .expect("server announced its address");
-        Server { child, addr }
-    }
-
-    async fn channel(&self) -> Channel {
-        Channel::from_shared(format!("http://{}", self.addr))
-            .unwrap()
-            .connect()
-            .await
-            .expect("connect")
-    }
-
-    fn kill(mut self) {
-        self.child.kill().expect("SIGKILL");
-        self.child.wait().expect("reap");
-    }
-}
 
 /// What a client was told: the revision and first step of each
 /// acknowledged plan update, and the revision of each todo write.
@@ -230,7 +174,7 @@ async fn acknowledged_writes_survive_sigkill() {
     let mut all = Acks::default();
     let mut max_acked = 0;
     for round in 0..rounds {
-        let server = Server::start(dir.path());
+        let server = Proc::start(dir.path(), &[]);
         let channel = server.channel().await;
         // Whatever was acknowledged before the last kill is all still there.
         verify(channel.clone(), &all, max_acked).await;
@@ -256,7 +200,7 @@ async fn acknowledged_writes_survive_sigkill() {
             all.todos.extend(acks.todos);
         }
     }
-    let server = Server::start(dir.path());
+    let server = Proc::start(dir.path(), &[]);
     verify(server.channel().await, &all, max_acked).await;
     eprintln!(
         "crash test: {rounds} kills, {} plan and {} todo writes acknowledged, last revision {max_acked}",

@@ -9,10 +9,13 @@
 mod cli;
 mod common;
 mod crash;
+mod faults;
 mod plan_mode;
 mod plans;
+mod process;
 mod server;
 mod sessions;
 mod todos;
 mod watch;
 mod watch_checker;
+mod web;
