@@ -160,6 +160,9 @@ pub struct ServeArgs {
     /// On SIGTERM, how long open requests get to finish before their connections are closed.
     #[arg(long, env = "CAIRN_DRAIN_TIMEOUT", default_value = "20s", value_parser = parse_duration)]
     pub drain_timeout: Duration,
+    /// Bytes of database pages cached in memory.
+    #[arg(long, env = "CAIRN_DB_CACHE_BYTES", default_value_t = StoreOptions::new("").cache_bytes)]
+    pub db_cache_bytes: usize,
     /// Verify every page of the database when starting (reads the whole file once).
     #[arg(long, env = "CAIRN_CHECK_INTEGRITY", default_value_t = true, action = clap::ArgAction::Set)]
     pub check_integrity: bool,
@@ -212,6 +215,7 @@ impl ServeArgs {
         store.queue_depth = self.commit_queue.max(1);
         store.commit_bytes = self.commit_bytes.max(1);
         store.check_integrity = self.check_integrity;
+        store.cache_bytes = self.db_cache_bytes;
         ServerConfig {
             store,
             progress_interval: self.progress_interval,

@@ -362,11 +362,20 @@ fn select(target: &Target, revision: u64, events: &[Event]) -> Vec<Item> {
         .collect()
 }
 
-/// Checks `start` against the log up front, so a compacted revision fails
-/// the call itself rather than its first message.
+/// Checks `start` against the log up front, so a compacted revision (or
+/// one after the next) fails the call itself rather than its first message.
 pub async fn check_start(store: &Store, start: Start) -> Result<()> {
     if let Start::From(requested) = start {
-        store.read(move |v| ensure_retained(v, requested)).await?;
+        store
+            .read(move |v| {
+                ensure_retained(v, requested)?;
+                let next = v.revision()?.saturating_add(1);
+                if requested > next {
+                    return Err(Error::RevisionNotYet { requested, next });
+                }
+                Ok(())
+            })
+            .await?;
     }
     Ok(())
 }
@@ -383,27 +392,35 @@ fn ensure_retained(v: &dyn ReadView, requested: u64) -> Result<()> {
     Ok(())
 }
 
-/// Reads the log from `next` through `upto` and returns the items for
-/// `target`, with `next` moved past `upto`.
-async fn read_log(store: &Store, target: &Target, next: &mut u64, upto: u64) -> Result<Vec<Item>> {
+/// Reads one bounded chunk of the log from `next` (through `upto` at most)
+/// and returns the items for `target`, with `next` moved past what was
+/// read. The stream yields a chunk's items before reading the next, so a
+/// lagging watcher holds one chunk, whatever its backlog.
+async fn read_chunk(
+    store: &Store,
+    target: &Target,
+    next: &mut u64,
+    upto: u64,
+) -> Result<Vec<Item>> {
+    let from = *next;
+    let revs = store
+        .read(move |v| {
+            ensure_retained(v, from)?;
+            v.revisions_from(from, CATCH_UP_CHUNK, CATCH_UP_BYTES)
+        })
+        .await?;
+    if revs.first().is_none_or(|r| r.revision != from) {
+        // The log holds every dispatched revision it has not compacted;
+        // anything else is corruption, not a gap to skip.
+        return Err(Error::DataLoss {
+            file: store.path().display().to_string(),
+            detail: format!("the event log has no revision {from}"),
+        });
+    }
     let mut items = Vec::new();
-    while *next <= upto {
-        let from = *next;
-        let revs = store
-            .read(move |v| {
-                ensure_retained(v, from)?;
-                v.revisions_from(from, CATCH_UP_CHUNK, CATCH_UP_BYTES)
-            })
-            .await?;
-        if revs.first().is_none_or(|r| r.revision != from) {
-            // The log holds every dispatched revision it has not compacted;
-            // anything else is corruption, not a gap to skip.
-            return Err(Error::Storage(format!("event log has no revision {from}")));
-        }
-        for rev in revs.into_iter().take_while(|r| r.revision <= upto) {
-            items.extend(select(target, rev.revision, &rev.events));
-            *next = rev.revision + 1;
-        }
+    for rev in revs.into_iter().take_while(|r| r.revision <= upto) {
+        items.extend(select(target, rev.revision, &rev.events));
+        *next = rev.revision + 1;
     }
     Ok(items)
 }
@@ -448,7 +465,7 @@ pub fn watch(
         heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             if next <= upto {
-                match read_log(&store, &target, &mut next, upto).await {
+                match read_chunk(&store, &target, &mut next, upto).await {
                     Ok(items) => {
                         if !items.is_empty() {
                             heartbeat.reset();
@@ -462,6 +479,7 @@ pub fn watch(
                         return;
                     }
                 }
+                continue;
             }
             let rev = match sub.rx.try_recv() {
                 Ok(rev) => rev,
@@ -492,10 +510,15 @@ pub fn watch(
                         _ = heartbeat.tick() => {
                             // Load first, then look: an empty buffer after the
                             // load means everything through it was delivered.
+                            // Never claim a revision not dispatched yet (a
+                            // start just ahead of the hub waits silently).
                             let dispatched = sub.hub.dispatched();
-                            if sub.rx.is_empty() && !sub.slot.overflowed.load(Ordering::Acquire) {
-                                next = next.max(dispatched + 1);
-                                yield Ok(Item::Progress(next - 1));
+                            if sub.rx.is_empty()
+                                && !sub.slot.overflowed.load(Ordering::Acquire)
+                                && next <= dispatched + 1
+                            {
+                                next = dispatched + 1;
+                                yield Ok(Item::Progress(dispatched));
                             }
                             continue;
                         }

@@ -8,7 +8,7 @@ use super::{State, convert};
 use crate::domain::plan::{apply_update, simple_task_hint, validate_update};
 use crate::domain::plan_mode::{self, plan_id};
 use crate::domain::{Micros, SessionPlan};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::pb;
 use crate::pb::plan_service_server::PlanService;
 use crate::store::ops;
@@ -18,6 +18,13 @@ use crate::store::records::PlanRecord;
 pub const PLAN_UPDATED: &str = "Plan updated";
 /// Message of an `UpdatePlan` answered with the simple-task hint.
 pub const PLAN_NOT_STORED: &str = "Plan not stored";
+
+/// `ListPlanHistory` page size when the request sets none, and the most.
+const DEFAULT_HISTORY_PAGE: usize = 10;
+const MAX_HISTORY_PAGE: usize = 100;
+/// A history page ends once it holds this many bytes of records, so it
+/// fits a default client's 4 MiB message limit.
+const HISTORY_PAGE_BYTES: usize = 2 * 1024 * 1024;
 
 /// The plan service.
 #[derive(Clone, Debug)]
@@ -445,18 +452,42 @@ impl PlanApi {
         &self,
         req: pb::ListPlanHistoryRequest,
     ) -> Result<pb::ListPlanHistoryResponse> {
-        let pb::ListPlanHistoryRequest { session_id } = req;
-        let (entries, revision) = self
+        let pb::ListPlanHistoryRequest {
+            session_id,
+            page_size,
+            page_token,
+        } = req;
+        self.state
+            .policy
+            .limits
+            .check_resource_id("session_id", &session_id)?;
+        let limit = match usize::try_from(page_size) {
+            Ok(0) => DEFAULT_HISTORY_PAGE,
+            Ok(n) => n.min(MAX_HISTORY_PAGE),
+            Err(_) => return Err(Error::invalid("page_size", "must not be negative")),
+        };
+        let from = if page_token.is_empty() {
+            0
+        } else {
+            page_token
+                .parse::<u64>()
+                .map_err(|_| Error::invalid("page_token", "not a token this server gave"))?
+        };
+        let ((entries, next), revision) = self
             .state
             .store
             .read(move |v| {
                 ops::require_session(v, &session_id)?;
-                Ok((v.history(&session_id)?, v.revision()?))
+                Ok((
+                    v.history(&session_id, from, limit, HISTORY_PAGE_BYTES)?,
+                    v.revision()?,
+                ))
             })
             .await?;
         Ok(pb::ListPlanHistoryResponse {
             entries: entries.into_iter().map(convert::history_entry).collect(),
             revision,
+            next_page_token: next.map(|n| n.to_string()).unwrap_or_default(),
         })
     }
 

@@ -17,6 +17,8 @@ use crate::watch::{self, Condition, Item, Start, Target, WaitTarget};
 const MAX_WAIT: Duration = Duration::from_secs(24 * 60 * 60);
 /// `Wait` timeout when the request sets none.
 const DEFAULT_WAIT: Duration = Duration::from_secs(60);
+/// Longest heartbeat interval a watch may ask for.
+const MAX_PROGRESS_INTERVAL: Duration = Duration::from_secs(24 * 60 * 60);
 
 /// The watch service.
 #[derive(Clone, Debug)]
@@ -70,7 +72,13 @@ impl WatchApi {
             (None, false) => Start::Now,
         };
         let interval = match progress_interval {
-            Some(d) => duration("progress_interval", d)?,
+            Some(d) => {
+                let d = duration("progress_interval", d)?;
+                if d > MAX_PROGRESS_INTERVAL {
+                    return Err(Error::invalid("progress_interval", "must be at most 24h"));
+                }
+                d
+            }
             None => self.state.progress_interval,
         };
         watch::check_start(&self.state.store, start).await?;

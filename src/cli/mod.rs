@@ -554,13 +554,23 @@ pub async fn plan(client: &ClientArgs, cmd: PlanCmd) -> CliResult {
             status_out(r.status);
         }
         PlanCmd::History { session } => {
-            let entries = plans
-                .list_plan_history(pb::ListPlanHistoryRequest {
-                    session_id: session,
-                })
-                .await?
-                .into_inner()
-                .entries;
+            let mut entries = Vec::new();
+            let mut page_token = String::new();
+            loop {
+                let page = plans
+                    .list_plan_history(pb::ListPlanHistoryRequest {
+                        session_id: session.clone(),
+                        page_size: 100,
+                        page_token,
+                    })
+                    .await?
+                    .into_inner();
+                entries.extend(page.entries);
+                if page.next_page_token.is_empty() {
+                    break;
+                }
+                page_token = page.next_page_token;
+            }
             let outcome = |e: &pb::PlanHistoryEntry| match e.outcome() {
                 pb::PlanOutcome::Completed => "completed",
                 pb::PlanOutcome::Rejected => "rejected",

@@ -198,6 +198,10 @@ pub struct PlanModeState {
     pub next_modification_id: u32,
 }
 
+/// Approved modifications an active plan (and its history entry) keeps,
+/// the newest ones.
+pub const APPLIED_MODIFICATIONS_KEPT: usize = 32;
+
 /// Makes a plan id `plan_YYYY-MM-DD_xxxxxx` from the submit time and six
 /// random characters chosen by the caller (rules stay deterministic).
 pub fn plan_id(now: Micros, suffix: &str) -> String {
@@ -627,6 +631,13 @@ impl SessionPlan {
             step.verification.clone_from(v);
         }
         active.applied_modifications.push(m);
+        // Each approved modification is replayed into every later write of
+        // the record: keep a bounded tail, not all of them.
+        let excess = active
+            .applied_modifications
+            .len()
+            .saturating_sub(APPLIED_MODIFICATIONS_KEPT);
+        active.applied_modifications.drain(..excess);
         self.checklist = project_checklist(active, &self.checklist);
         Ok(())
     }

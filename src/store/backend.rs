@@ -49,7 +49,16 @@ pub trait ReadView {
     /// Sessions ordered by id, strictly after `after`.
     fn sessions_after(&self, after: Option<&str>, limit: usize) -> Result<SessionPage>;
     fn plan(&self, session_id: &str) -> Result<Option<PlanRecord>>;
-    fn history(&self, session_id: &str) -> Result<Vec<HistoryEntry>>;
+    /// History entries from sequence number `from`: at most `limit`, and
+    /// no more once `max_bytes` of records are read (but always one). Also
+    /// the sequence number of the next entry, if there is one.
+    fn history(
+        &self,
+        session_id: &str,
+        from: u64,
+        limit: usize,
+        max_bytes: usize,
+    ) -> Result<(Vec<HistoryEntry>, Option<u64>)>;
     fn todos(&self, agent_id: &str) -> Result<Option<TodoRecord>>;
     /// Every agent's todo list, by agent id.
     fn all_todos(&self) -> Result<Vec<TodoRecord>>;
@@ -108,7 +117,7 @@ pub(crate) fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T> {
 /// a failed restore). With `check_integrity`, every page's checksum is
 /// verified first, so a file damaged outside redb fails here, with a clear
 /// error, instead of on some later read.
-pub fn open(path: &std::path::Path, check_integrity: bool) -> Result<Database> {
+pub fn open(path: &std::path::Path, check_integrity: bool, cache_bytes: usize) -> Result<Database> {
     match std::fs::metadata(path) {
         Ok(m) if m.len() == 0 => {
             return Err(Error::DataLoss {
@@ -121,6 +130,7 @@ pub fn open(path: &std::path::Path, check_integrity: bool) -> Result<Database> {
     let file = path.display().to_string();
     let mut builder = Database::builder();
     builder.set_check_integrity_on_open(check_integrity);
+    builder.set_cache_size(cache_bytes);
     builder.set_repair_callback(move |session| {
         let progress = session.progress();
         if progress == 0.0 {
@@ -241,14 +251,25 @@ impl ReadView for RedbView<'_> {
         with_table!(self, PLANS, |t| get_record(&t, session_id))
     }
 
-    fn history(&self, session_id: &str) -> Result<Vec<HistoryEntry>> {
+    fn history(
+        &self,
+        session_id: &str,
+        from: u64,
+        limit: usize,
+        max_bytes: usize,
+    ) -> Result<(Vec<HistoryEntry>, Option<u64>)> {
         with_table!(self, HISTORY, |t| {
             let mut out = Vec::new();
-            for entry in t.range((session_id, 0)..=(session_id, u64::MAX))? {
-                let (_, v) = entry?;
+            let mut bytes = 0;
+            for entry in t.range((session_id, from)..=(session_id, u64::MAX))? {
+                let (k, v) = entry?;
+                if out.len() >= limit.max(1) || (bytes >= max_bytes && !out.is_empty()) {
+                    return Ok((out, Some(k.value().1)));
+                }
+                bytes += v.value().len();
                 out.push(decode(v.value())?);
             }
-            Ok(out)
+            Ok((out, None))
         })
     }
 
@@ -325,8 +346,14 @@ impl ReadView for RedbWrite<'_> {
     fn plan(&self, session_id: &str) -> Result<Option<PlanRecord>> {
         self.view().plan(session_id)
     }
-    fn history(&self, session_id: &str) -> Result<Vec<HistoryEntry>> {
-        self.view().history(session_id)
+    fn history(
+        &self,
+        session_id: &str,
+        from: u64,
+        limit: usize,
+        max_bytes: usize,
+    ) -> Result<(Vec<HistoryEntry>, Option<u64>)> {
+        self.view().history(session_id, from, limit, max_bytes)
     }
     fn todos(&self, agent_id: &str) -> Result<Option<TodoRecord>> {
         self.view().todos(agent_id)

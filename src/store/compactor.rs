@@ -37,7 +37,10 @@ impl Default for Retention {
 
 /// Runs until the store shuts down.
 pub async fn run(store: Store, retention: Retention) {
-    let mut tick = tokio::time::interval(retention.interval.max(Duration::from_millis(1)));
+    // The first pass waits an interval too: start-up has better things to
+    // do, and nothing expires faster for it.
+    let period = retention.interval.max(Duration::from_millis(1));
+    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;

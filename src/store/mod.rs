@@ -70,6 +70,8 @@ pub struct StoreOptions {
     pub reader_threads: usize,
     /// Verify every page's checksum when opening (reads the whole file).
     pub check_integrity: bool,
+    /// Bytes of database pages redb caches in memory.
+    pub cache_bytes: usize,
 }
 
 impl StoreOptions {
@@ -83,6 +85,7 @@ impl StoreOptions {
             watch_buffer: 128,
             reader_threads: 0,
             check_integrity: true,
+            cache_bytes: 256 * 1024 * 1024,
         }
     }
 }
@@ -206,8 +209,8 @@ impl Store {
             .map_err(|e| Error::Storage(format!("create {}: {e}", opts.data_dir.display())))?;
         let path = opts.data_dir.join(DB_FILE);
         let health = Arc::new(Health::new(path.display().to_string()));
-        let db =
-            guard(|| backend::open(&path, opts.check_integrity)).map_err(|e| health.observe(e))?;
+        let db = guard(|| backend::open(&path, opts.check_integrity, opts.cache_bytes))
+            .map_err(|e| health.observe(e))?;
         let db = Arc::new(db);
         let start = guard(|| {
             let txn = db.begin_read()?;
@@ -226,6 +229,7 @@ impl Store {
                 revision: Arc::clone(&revision),
                 health: Arc::clone(&health),
                 path: path.clone(),
+                cache_bytes: opts.cache_bytes,
                 limits: BatchLimits {
                     ops: opts.commit_batch.max(1),
                     bytes: opts.commit_bytes.max(1),
@@ -403,6 +407,11 @@ impl Store {
     }
 }
 
+/// Bytes a record takes in the store.
+pub fn encoded_len<T: serde::Serialize>(record: &T) -> Result<usize> {
+    Ok(backend::encode(record)?.len())
+}
+
 /// Server time now; every stored timestamp comes from here.
 pub fn now_micros() -> Micros {
     SystemTime::now()
@@ -478,7 +487,7 @@ failed_view! {
     children(&str) -> Vec<String>;
     sessions_after(Option<&str>, usize) -> records::SessionPage;
     plan(&str) -> Option<records::PlanRecord>;
-    history(&str) -> Vec<crate::domain::plan_mode::HistoryEntry>;
+    history(&str, u64, usize, usize) -> (Vec<crate::domain::plan_mode::HistoryEntry>, Option<u64>);
     todos(&str) -> Option<records::TodoRecord>;
     all_todos() -> Vec<records::TodoRecord>;
     revisions_from(u64, usize, usize) -> Vec<Revision>;
@@ -492,6 +501,7 @@ struct Writer {
     revision: Arc<AtomicU64>,
     health: Arc<Health>,
     path: PathBuf,
+    cache_bytes: usize,
     limits: BatchLimits,
     /// Time never goes backwards in stored records, even if the clock does.
     last_now: Micros,
@@ -690,7 +700,8 @@ impl Writer {
                 return Err(Error::Unavailable("readers still hold the database".into()));
             }
         }
-        let db = guard(|| backend::open(&self.path, false)).map_err(|e| self.health.observe(e))?;
+        let db = guard(|| backend::open(&self.path, false, self.cache_bytes))
+            .map_err(|e| self.health.observe(e))?;
         // Prove a commit works before taking writes again.
         let probe = guard(|| {
             let txn = db.begin_write()?;

@@ -69,6 +69,36 @@ pub fn ancestors(view: &dyn ReadView, parent: Option<&str>) -> Result<Vec<String
     Ok(chain)
 }
 
+/// Refuses a tree deeper than the limit: every event carries its session's
+/// ancestry, so depth multiplies the cost of every write below.
+fn check_depth(limits: &Limits, depth: usize) -> Result<()> {
+    Limits::check_count(
+        "session.parent_session_id",
+        "session tree depth",
+        limits.max_tree_depth,
+        depth,
+    )
+}
+
+/// How many levels of descendants a session has (0 for a leaf), counting
+/// no further than `cap` + 1.
+fn levels_below(view: &dyn ReadView, id: &str, cap: usize) -> Result<usize> {
+    let mut levels = 0;
+    let mut frontier = vec![id.to_owned()];
+    while levels <= cap {
+        let mut next = Vec::new();
+        for id in &frontier {
+            next.extend(view.children(id)?);
+        }
+        if next.is_empty() {
+            break;
+        }
+        levels += 1;
+        frontier = next;
+    }
+    Ok(levels)
+}
+
 /// A session and all its descendants, pre-order (the session first).
 pub fn subtree(view: &dyn ReadView, root: &str) -> Result<Vec<String>> {
     let mut out = Vec::new();
@@ -146,10 +176,11 @@ pub fn create_session(
     {
         return Err(Error::ParentNotFound(parent.clone()));
     }
+    let chain = ancestors(ctx.view, s.parent_session_id.as_deref())?;
+    check_depth(limits, chain.len() + 1)?;
     s.create_time = ctx.now;
     s.update_time = ctx.now;
     s.revision = ctx.next_revision();
-    let chain = ancestors(ctx.view, s.parent_session_id.as_deref())?;
     ctx.view.put_session(&s)?;
     if let Some(parent) = &s.parent_session_id {
         ctx.view.put_child(parent, &s.session_id)?;
@@ -210,6 +241,12 @@ pub fn update_session(
                 None => None,
             };
         }
+    }
+    if s.parent_session_id != old.parent_session_id {
+        // The moved session's new depth, plus the levels below it.
+        let depth = ancestors(ctx.view, s.parent_session_id.as_deref())?.len() + 1;
+        let below = levels_below(ctx.view, id, limits.max_tree_depth)?;
+        check_depth(limits, depth + below)?;
     }
     if s == old {
         return Ok((old, ctx.next_revision() - 1));
@@ -351,6 +388,13 @@ pub fn mutate_plan<R>(
     record.plan = plan;
     record.revision = ctx.next_revision();
     record.update_time = ctx.now;
+    // Every later change rewrites and logs the whole record: bound it.
+    Limits::check_count(
+        "plan",
+        "stored plan size in bytes",
+        limits.max_plan_bytes,
+        super::encoded_len(&record)?,
+    )?;
     ctx.view.put_plan(&record)?;
     events.push(Event::plan(&session, &record, chain));
     let rev = ctx.commit(events)?;

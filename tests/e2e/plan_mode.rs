@@ -447,6 +447,8 @@ async fn the_whole_workflow_with_every_error_text() {
 
     let history = plans
         .list_plan_history(pb::ListPlanHistoryRequest {
+            page_size: 0,
+            page_token: String::new(),
             session_id: s.into(),
         })
         .await
@@ -500,6 +502,8 @@ async fn rejecting_returns_to_normal_and_keeps_history() {
     assert_eq!(err.code(), Code::FailedPrecondition);
     let history = plans
         .list_plan_history(pb::ListPlanHistoryRequest {
+            page_size: 0,
+            page_token: String::new(),
             session_id: "s".into(),
         })
         .await
@@ -562,4 +566,157 @@ async fn the_blocked_list_is_configuration() {
         .await
         .unwrap_err();
     assert_eq!(err.code(), Code::InvalidArgument);
+}
+
+async fn history_page(
+    plans: &mut PlanServiceClient<Channel>,
+    s: &str,
+    page_size: i32,
+    page_token: &str,
+) -> Result<pb::ListPlanHistoryResponse, tonic::Status> {
+    plans
+        .list_plan_history(pb::ListPlanHistoryRequest {
+            session_id: s.into(),
+            page_size,
+            page_token: page_token.into(),
+        })
+        .await
+        .map(tonic::Response::into_inner)
+}
+
+async fn reject(plans: &mut PlanServiceClient<Channel>, s: &str) {
+    plans
+        .reject_plan(pb::RejectPlanRequest {
+            session_id: s.into(),
+            reason: "no".into(),
+            expected_revision: None,
+        })
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn history_comes_in_pages_that_fit_a_message() {
+    let server = TestServer::start().await;
+    let mut plans = server.plans().await;
+    for _ in 0..5 {
+        enter(&mut plans, "s").await.unwrap();
+        exit(&mut plans, "s", implementation_plan()).await.unwrap();
+        reject(&mut plans, "s").await;
+    }
+    let mut seen = Vec::new();
+    let mut token = String::new();
+    loop {
+        let page = history_page(&mut plans, "s", 2, &token).await.unwrap();
+        assert!(page.entries.len() <= 2);
+        seen.extend(page.entries.into_iter().map(|e| e.plan_id));
+        if page.next_page_token.is_empty() {
+            break;
+        }
+        token = page.next_page_token;
+    }
+    assert_eq!(seen.len(), 5);
+    let unique: std::collections::BTreeSet<_> = seen.iter().collect();
+    assert_eq!(unique.len(), 5, "no entry twice");
+    let err = history_page(&mut plans, "s", 2, "garbage")
+        .await
+        .unwrap_err();
+    assert_eq!(bad_field(&err), "page_token");
+    let err = history_page(&mut plans, "", 2, "").await.unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument);
+
+    // Plans of 900 KB: a page stops once it holds 2 MiB, so it stays
+    // under a default client's 4 MiB limit however many are asked for.
+    let big = |n: u32| pb::ImplementationPlan {
+        summary: "big".into(),
+        steps: (1..=110)
+            .map(|id| step(id, &format!("{n} {}", "d".repeat(8000)), &[]))
+            .collect(),
+        ..Default::default()
+    };
+    for n in 0..4 {
+        enter(&mut plans, "big").await.unwrap();
+        exit(&mut plans, "big", big(n)).await.unwrap();
+        reject(&mut plans, "big").await;
+    }
+    let page = history_page(&mut plans, "big", 100, "").await.unwrap();
+    assert_eq!(page.entries.len(), 3, "2 MiB reached after the third");
+    assert!(!page.next_page_token.is_empty());
+    let rest = history_page(&mut plans, "big", 100, &page.next_page_token)
+        .await
+        .unwrap();
+    assert_eq!(rest.entries.len(), 1);
+    assert!(rest.next_page_token.is_empty());
+}
+
+#[tokio::test]
+async fn a_plan_record_stays_within_its_size_limit() {
+    let server = TestServer::start().await;
+    let mut plans = server.plans().await;
+    // 1.6 MB of plan: over the 1 MiB a stored plan may hold.
+    enter(&mut plans, "s").await.unwrap();
+    let huge = pb::ImplementationPlan {
+        summary: "huge".into(),
+        steps: (1..=200)
+            .map(|id| step(id, &"d".repeat(8000), &[]))
+            .collect(),
+        ..Default::default()
+    };
+    let err = exit(&mut plans, "s", huge).await.unwrap_err();
+    assert_eq!(err.code(), Code::ResourceExhausted, "{err:?}");
+    assert_eq!(bad_field(&err), "plan");
+    assert!(
+        err.message()
+            .starts_with("plan: stored plan size in bytes exceeds the limit of 1048576"),
+        "{err:?}"
+    );
+
+    // Approved modifications are kept as a bounded tail.
+    exit(&mut plans, "s", implementation_plan()).await.unwrap();
+    plans
+        .approve_plan(pb::ApprovePlanRequest {
+            session_id: "s".into(),
+            approver: "lead".into(),
+            expected_revision: None,
+        })
+        .await
+        .unwrap();
+    for n in 0..40 {
+        let m = plans
+            .modify_plan(pb::ModifyPlanRequest {
+                session_id: "s".into(),
+                step_id: 3,
+                reason: format!("change {n}"),
+                new_description: format!("Protect the routes, take {n}"),
+                new_files: vec![],
+                new_verification: None,
+                expected_revision: None,
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .modification
+            .unwrap();
+        plans
+            .approve_modification(pb::ApproveModificationRequest {
+                session_id: "s".into(),
+                modification_id: m.modification_id,
+                expected_revision: None,
+            })
+            .await
+            .unwrap();
+    }
+    plans
+        .complete_plan(pb::CompletePlanRequest {
+            session_id: "s".into(),
+            summary: "done".into(),
+            deviations: vec!["steps left".into()],
+            expected_revision: None,
+        })
+        .await
+        .unwrap();
+    let page = history_page(&mut plans, "s", 0, "").await.unwrap();
+    let applied = &page.entries.last().unwrap().applied_modifications;
+    assert_eq!(applied.len(), 32);
+    assert_eq!(applied.last().unwrap().reason, "change 39");
 }

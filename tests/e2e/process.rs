@@ -44,7 +44,10 @@ impl Proc {
     /// Spawns a prepared `cairn serve` command.
     pub fn spawn(cmd: &mut Command) -> Result<Proc, (ExitStatus, String)> {
         let mut child = cmd
-            .env("CAIRN_LOG", "info")
+            .env(
+                "CAIRN_LOG",
+                std::env::var("CAIRN_TEST_LOG").unwrap_or_else(|_| "info".into()),
+            )
             .env_remove("RUST_BACKTRACE")
             .stdout(Stdio::null())
             .stderr(Stdio::piped())

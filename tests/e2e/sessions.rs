@@ -2,6 +2,7 @@
 
 use cairn::pb;
 use tonic::Code;
+use tonic_types::StatusExt;
 
 use crate::common::{TestServer, assert_status, bad_field, five_steps, session, update};
 
@@ -315,4 +316,41 @@ async fn moving_sessions_in_the_tree() {
         .session
         .unwrap();
     assert_eq!(root.parent_session_id, "");
+}
+
+#[tokio::test]
+async fn trees_stop_at_the_depth_limit() {
+    let server = TestServer::start_with(|p| p.limits.max_tree_depth = 4).await;
+    let mut sessions = server.sessions().await;
+    // A chain of four: a > b > c > d.
+    sessions.create_session(session("a", "")).await.unwrap();
+    sessions.create_session(session("b", "a")).await.unwrap();
+    sessions.create_session(session("c", "b")).await.unwrap();
+    sessions.create_session(session("d", "c")).await.unwrap();
+    let err = sessions
+        .create_session(session("e", "d"))
+        .await
+        .unwrap_err();
+    assert_status(
+        &err,
+        Code::ResourceExhausted,
+        "session.parent_session_id: session tree depth exceeds the limit of 4 (got 5)",
+        "LIMIT_EXCEEDED",
+    );
+    // Moving a two-level subtree (x > y) under c would make y five deep;
+    // under b it is four.
+    sessions.create_session(session("x", "")).await.unwrap();
+    sessions.create_session(session("y", "x")).await.unwrap();
+    let move_under = |parent: &str| pb::UpdateSessionRequest {
+        session_id: "x".into(),
+        parent_session_id: Some(parent.into()),
+        ..Default::default()
+    };
+    let err = sessions.update_session(move_under("c")).await.unwrap_err();
+    assert_eq!(err.code(), Code::ResourceExhausted, "{err:?}");
+    assert_eq!(
+        err.get_details_error_info().unwrap().reason,
+        "LIMIT_EXCEEDED"
+    );
+    sessions.update_session(move_under("b")).await.unwrap();
 }

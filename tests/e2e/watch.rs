@@ -631,3 +631,71 @@ async fn shutdown_ends_open_watch_streams() {
         Ok(Some(msg)) => panic!("unexpected {msg:?}"),
     }
 }
+
+#[tokio::test]
+async fn hostile_intervals_and_future_revisions_are_answered() {
+    let server = TestServer::start().await;
+    let mut plans = server.plans().await;
+    let mut client = WatchServiceClient::new(server.channel().await);
+    plans.update_plan(update("a", five_steps())).await.unwrap();
+    let interval = |seconds| Some(prost_types::Duration { seconds, nanos: 0 });
+    // An interval that overflows a clock is refused, not a panic.
+    for seconds in [i64::MAX, 86_401, -1] {
+        let err = client
+            .watch(pb::WatchRequest {
+                target: Some(Target::All(true)),
+                progress_interval: interval(seconds),
+                ..Default::default()
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), Code::InvalidArgument, "{seconds}: {err:?}");
+        assert_eq!(crate::common::bad_field(&err), "progress_interval");
+    }
+
+    // Past the next revision: OUT_OF_RANGE, saying what the next one is.
+    let err = client
+        .watch(pb::WatchRequest {
+            target: Some(Target::All(true)),
+            start_revision: Some(3),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::OutOfRange, "{err:?}");
+    let info = err.get_details_error_info().unwrap();
+    assert_eq!(info.reason, "REVISION_NOT_YET");
+    assert_eq!(info.metadata["next_revision"], "2");
+
+    // From the next revision: heartbeats claim only what exists.
+    let mut stream = client
+        .watch(pb::WatchRequest {
+            target: Some(Target::All(true)),
+            start_revision: Some(2),
+            progress_interval: Some(prost_types::Duration {
+                seconds: 0,
+                nanos: 20_000_000,
+            }),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    for _ in 0..3 {
+        assert_eq!(
+            next(&mut stream).await,
+            Kind::Progress(pb::Progress { revision: 1 })
+        );
+    }
+    plans.update_plan(update("a", five_steps())).await.unwrap();
+    loop {
+        match next(&mut stream).await {
+            Kind::Event(e) => {
+                assert_eq!(e.revision, 2);
+                break;
+            }
+            Kind::Progress(p) => assert_eq!(p.revision, 1),
+            Kind::Synced(s) => panic!("unexpected {s:?}"),
+        }
+    }
+}
