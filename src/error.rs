@@ -175,19 +175,28 @@ pub const EXCERPT_CHARS: usize = 48;
 /// control characters escaped, at most [`EXCERPT_CHARS`] characters, and
 /// the full length said when it was cut.
 pub fn excerpt(text: &str) -> String {
-    let mut out = String::new();
-    for (n, c) in text.chars().enumerate() {
-        if n == EXCERPT_CHARS {
-            let _ = write!(out, "…({} bytes)", text.len());
-            return out;
+    Excerpt(text).to_string()
+}
+
+/// [`excerpt`] as a `Display`, for log fields: a client's text can neither
+/// forge log lines (newlines, escape sequences) nor inflate them.
+#[derive(Debug, Clone, Copy)]
+pub struct Excerpt<'a>(pub &'a str);
+
+impl std::fmt::Display for Excerpt<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (n, c) in self.0.chars().enumerate() {
+            if n == EXCERPT_CHARS {
+                return write!(f, "…({} bytes)", self.0.len());
+            }
+            if c.is_control() {
+                write!(f, "{}", c.escape_default())?;
+            } else {
+                f.write_char(c)?;
+            }
         }
-        if c.is_control() {
-            let _ = write!(out, "{}", c.escape_default());
-        } else {
-            out.push(c);
-        }
+        Ok(())
     }
-    out
 }
 
 fn join_ids(ids: &[u32]) -> String {
@@ -285,6 +294,11 @@ mod tests {
         assert_eq!(
             Error::StepAlreadyCompleted(2).to_string(),
             "Step 2 already completed"
+        );
+        assert_eq!(excerpt("a\nb\u{1b}[31m"), "a\\nb\\u{1b}[31m");
+        assert_eq!(
+            excerpt(&"x".repeat(100)),
+            format!("{}…(100 bytes)", "x".repeat(48))
         );
         assert_eq!(
             Error::DependenciesIncomplete {

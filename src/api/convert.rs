@@ -16,6 +16,7 @@ use crate::domain::plan_mode::{
 };
 use crate::domain::session::Session;
 use crate::domain::todo::{Priority, TodoInput, TodoItem, TodoStatus};
+use crate::error::{Error, Result};
 use crate::pb;
 use crate::store::records::{EventKind, EventObject, PlanRecord, TodoRecord};
 
@@ -29,7 +30,11 @@ pub fn timestamp(micros: Micros) -> Option<Timestamp> {
 
 /// A proto timestamp back to server micros; unset maps to 0 ("never").
 pub fn micros(t: Option<&Timestamp>) -> Micros {
-    t.map_or(0, |t| t.seconds * 1_000_000 + i64::from(t.nanos / 1000))
+    t.map_or(0, |t| {
+        t.seconds
+            .saturating_mul(1_000_000)
+            .saturating_add(i64::from(t.nanos / 1000))
+    })
 }
 
 // ---- sessions ----
@@ -172,8 +177,10 @@ pub fn plan_status(r: &PlanRecord) -> pb::PlanStatus {
     }
 }
 
-impl From<pb::ImplementationPlan> for ImplementationPlan {
-    fn from(p: pb::ImplementationPlan) -> Self {
+impl TryFrom<pb::ImplementationPlan> for ImplementationPlan {
+    type Error = Error;
+
+    fn try_from(p: pb::ImplementationPlan) -> Result<Self> {
         let pb::ImplementationPlan {
             summary,
             approach,
@@ -185,7 +192,7 @@ impl From<pb::ImplementationPlan> for ImplementationPlan {
             tests_to_write,
             estimated_complexity,
         } = p;
-        ImplementationPlan {
+        Ok(ImplementationPlan {
             summary,
             approach,
             alternatives_considered,
@@ -215,10 +222,22 @@ impl From<pb::ImplementationPlan> for ImplementationPlan {
                 Ok(pb::Complexity::Small) => Complexity::Small,
                 Ok(pb::Complexity::Medium) => Complexity::Medium,
                 Ok(pb::Complexity::Large) => Complexity::Large,
-                Ok(pb::Complexity::Unspecified) | Err(_) => Complexity::Unspecified,
+                Ok(pb::Complexity::Unspecified) => Complexity::Unspecified,
+                Err(_) => {
+                    return Err(unknown_enum(
+                        "plan.estimated_complexity",
+                        estimated_complexity,
+                        "COMPLEXITY_SMALL, COMPLEXITY_MEDIUM or COMPLEXITY_LARGE",
+                    ));
+                }
             },
-        }
+        })
     }
+}
+
+/// An enum value this API does not define: refused, never coerced.
+fn unknown_enum(field: &str, value: i32, known: &str) -> Error {
+    Error::invalid(field, format!("unknown value {value}: use {known}"))
 }
 
 impl From<ImplementationPlan> for pb::ImplementationPlan {
@@ -330,9 +349,18 @@ pub fn history_entry(e: HistoryEntry) -> pb::PlanHistoryEntry {
 
 // ---- todos ----
 
-/// A `WriteTodos` item. Unknown statuses become `None` (rejected by the
-/// rules); an unset priority means the default.
-pub fn todo_input(t: pb::TodoItem) -> TodoInput {
+/// `WriteTodos` items. Unknown statuses become `None` (the rules reject
+/// them with their own text); an unset priority means the default, and an
+/// unknown one is refused here.
+pub fn todo_inputs(items: Vec<pb::TodoItem>) -> Result<Vec<TodoInput>> {
+    items
+        .into_iter()
+        .enumerate()
+        .map(|(i, t)| todo_input(i, t))
+        .collect()
+}
+
+fn todo_input(i: usize, t: pb::TodoItem) -> Result<TodoInput> {
     let pb::TodoItem {
         id,
         content,
@@ -342,7 +370,7 @@ pub fn todo_input(t: pb::TodoItem) -> TodoInput {
         create_time: _,
         update_time: _,
     } = t;
-    TodoInput {
+    Ok(TodoInput {
         id,
         content,
         status: match pb::TodoStatus::try_from(status) {
@@ -355,9 +383,16 @@ pub fn todo_input(t: pb::TodoItem) -> TodoInput {
             Ok(pb::Priority::High) => Some(Priority::High),
             Ok(pb::Priority::Medium) => Some(Priority::Medium),
             Ok(pb::Priority::Low) => Some(Priority::Low),
-            Ok(pb::Priority::Unspecified) | Err(_) => None,
+            Ok(pb::Priority::Unspecified) => None,
+            Err(_) => {
+                return Err(unknown_enum(
+                    &format!("todos[{i}].priority"),
+                    priority,
+                    "PRIORITY_HIGH, PRIORITY_MEDIUM or PRIORITY_LOW",
+                ));
+            }
         },
-    }
+    })
 }
 
 fn todo_item(t: TodoItem) -> pb::TodoItem {
@@ -445,16 +480,29 @@ mod tests {
 
     #[test]
     fn unknown_enum_values_are_not_silently_defaulted() {
-        let t = todo_input(pb::TodoItem {
+        let item = |priority| pb::TodoItem {
             id: "a".into(),
             content: "c".into(),
             status: 42,
-            priority: 0,
+            priority,
             create_time: None,
             update_time: None,
-        });
+        };
+        let t = todo_input(0, item(0)).unwrap();
         assert_eq!(t.status, None);
         assert_eq!(t.priority, None);
+        assert_eq!(
+            todo_inputs(vec![item(1), item(99)]).unwrap_err(),
+            Error::invalid(
+                "todos[1].priority",
+                "unknown value 99: use PRIORITY_HIGH, PRIORITY_MEDIUM or PRIORITY_LOW"
+            )
+        );
+        let plan = pb::ImplementationPlan {
+            estimated_complexity: 99,
+            ..Default::default()
+        };
+        assert!(ImplementationPlan::try_from(plan).is_err());
         let u = plan_update(
             String::new(),
             vec![pb::PlanItem {

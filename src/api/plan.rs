@@ -4,6 +4,8 @@ use prost::Message as _;
 use tonic::{Request, Response, Status};
 use tracing::instrument;
 
+use crate::error::Excerpt;
+
 use super::{State, convert};
 use crate::domain::plan::{apply_update, simple_task_hint, validate_update};
 use crate::domain::plan_mode::{self, plan_id};
@@ -125,6 +127,10 @@ impl PlanApi {
     /// A session's plan and the current revision, from one snapshot.
     async fn read_plan(&self, session_id: String) -> Result<(PlanRecord, u64)> {
         self.state
+            .policy
+            .limits
+            .check_resource_id("session_id", &session_id)?;
+        self.state
             .store
             .read(move |v| Ok((ops::get_plan(v, &session_id)?, v.revision()?)))
             .await
@@ -153,7 +159,7 @@ macro_rules! plan_rpcs {
         #[tonic::async_trait]
         impl PlanService for PlanApi {
             $(
-                #[instrument(skip_all, fields(session_id = %request.get_ref().session_id), err)]
+                #[instrument(skip_all, fields(session_id = %Excerpt(&request.get_ref().session_id)), err)]
                 async fn $name(&self, request: Request<$req>) -> Result<Response<$resp>, Status> {
                     Ok(Response::new(self.$inner(request.into_inner()).await?))
                 }
@@ -215,7 +221,7 @@ impl PlanApi {
             plan,
             expected_revision,
         } = req;
-        let proposed = plan.map(Into::into).unwrap_or_default();
+        let proposed = plan.map(TryInto::try_into).transpose()?.unwrap_or_default();
         let suffix = random_suffix();
         let ((), record, revision) = self
             .mutate(

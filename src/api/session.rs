@@ -4,6 +4,8 @@ use prost::Message as _;
 use tonic::{Request, Response, Status};
 use tracing::instrument;
 
+use crate::error::Excerpt;
+
 use super::State;
 use crate::domain::session::{self, Session};
 use crate::error::{Error, Result};
@@ -88,6 +90,13 @@ impl SessionApi {
         }
         let parent = (!parent_session_id.is_empty()).then_some(parent_session_id);
         let agent = (!agent_id.is_empty()).then_some(agent_id);
+        let limits = &self.state.policy.limits;
+        if let Some(p) = &parent {
+            limits.check_resource_id("parent_session_id", p)?;
+        }
+        if let Some(a) = &agent {
+            limits.check_resource_id("agent_id", a)?;
+        }
         let (page, revision) = self
             .state
             .store
@@ -169,7 +178,7 @@ impl SessionApi {
 
 #[tonic::async_trait]
 impl SessionService for SessionApi {
-    #[instrument(skip_all, fields(session_id = request.get_ref().session.as_ref().map(|s| s.session_id.as_str())), err)]
+    #[instrument(skip_all, fields(session_id = %Excerpt(request.get_ref().session.as_ref().map_or("", |s| s.session_id.as_str()))), err)]
     async fn create_session(
         &self,
         request: Request<pb::CreateSessionRequest>,
@@ -177,7 +186,7 @@ impl SessionService for SessionApi {
         Ok(Response::new(self.create(request.into_inner()).await?))
     }
 
-    #[instrument(skip_all, fields(session_id = %request.get_ref().session_id), err)]
+    #[instrument(skip_all, fields(session_id = %Excerpt(&request.get_ref().session_id)), err)]
     async fn get_session(
         &self,
         request: Request<pb::GetSessionRequest>,
@@ -185,7 +194,7 @@ impl SessionService for SessionApi {
         Ok(Response::new(self.get(request.into_inner()).await?))
     }
 
-    #[instrument(skip_all, fields(page_token = %request.get_ref().page_token), err)]
+    #[instrument(skip_all, fields(page_token = %Excerpt(&request.get_ref().page_token)), err)]
     async fn list_sessions(
         &self,
         request: Request<pb::ListSessionsRequest>,
@@ -193,7 +202,7 @@ impl SessionService for SessionApi {
         Ok(Response::new(self.list(request.into_inner()).await?))
     }
 
-    #[instrument(skip_all, fields(session_id = %request.get_ref().session_id), err)]
+    #[instrument(skip_all, fields(session_id = %Excerpt(&request.get_ref().session_id)), err)]
     async fn update_session(
         &self,
         request: Request<pb::UpdateSessionRequest>,
@@ -201,7 +210,7 @@ impl SessionService for SessionApi {
         Ok(Response::new(self.update(request.into_inner()).await?))
     }
 
-    #[instrument(skip_all, fields(session_id = %request.get_ref().session_id, cascade = request.get_ref().cascade), err)]
+    #[instrument(skip_all, fields(session_id = %Excerpt(&request.get_ref().session_id), cascade = request.get_ref().cascade), err)]
     async fn delete_session(
         &self,
         request: Request<pb::DeleteSessionRequest>,

@@ -4,6 +4,8 @@ use prost::Message as _;
 use tonic::{Request, Response, Status};
 use tracing::instrument;
 
+use crate::error::Excerpt;
+
 use super::{State, convert};
 use crate::error::Result;
 use crate::pb;
@@ -46,7 +48,7 @@ impl TodoApi {
             todos,
             expected_revision,
         } = req;
-        let items = todos.into_iter().map(convert::todo_input).collect();
+        let items = convert::todo_inputs(todos)?;
         let policy = self.state.policy.clone();
         let (list, revision) = self
             .state
@@ -64,7 +66,7 @@ impl TodoApi {
 
 #[tonic::async_trait]
 impl TodoService for TodoApi {
-    #[instrument(skip_all, fields(agent_id = %request.get_ref().agent_id), err)]
+    #[instrument(skip_all, fields(agent_id = %Excerpt(&request.get_ref().agent_id)), err)]
     async fn read_todos(
         &self,
         request: Request<pb::ReadTodosRequest>,
@@ -72,7 +74,7 @@ impl TodoService for TodoApi {
         Ok(Response::new(self.read(request.into_inner()).await?))
     }
 
-    #[instrument(skip_all, fields(agent_id = %request.get_ref().agent_id, todos = request.get_ref().todos.len()), err)]
+    #[instrument(skip_all, fields(agent_id = %Excerpt(&request.get_ref().agent_id), todos = request.get_ref().todos.len()), err)]
     async fn write_todos(
         &self,
         request: Request<pb::WriteTodosRequest>,

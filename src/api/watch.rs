@@ -8,7 +8,7 @@ use tonic::{Request, Response, Status};
 use tracing::instrument;
 
 use super::{State, convert};
-use crate::error::{Error, Result};
+use crate::error::{Error, Excerpt, Result};
 use crate::pb;
 use crate::pb::watch_service_server::WatchService;
 use crate::watch::{self, Condition, Item, Start, Target, WaitTarget};
@@ -161,6 +161,28 @@ fn response(item: Item) -> pb::WatchResponse {
     }
 }
 
+/// A watch target for the log, its id cut short and escaped.
+fn watch_target(t: Option<&pb::watch_request::Target>) -> String {
+    match t {
+        Some(pb::watch_request::Target::SessionId(id)) => format!("session:{}", Excerpt(id)),
+        Some(pb::watch_request::Target::SessionTree(id)) => format!("tree:{}", Excerpt(id)),
+        Some(pb::watch_request::Target::AgentId(id)) => format!("agent:{}", Excerpt(id)),
+        Some(pb::watch_request::Target::All(all)) => format!("all:{all}"),
+        None => "none".into(),
+    }
+}
+
+/// A wait target for the log.
+fn wait_target(t: Option<&pb::wait_request::Target>) -> String {
+    match t {
+        Some(pb::wait_request::Target::SessionTree(id)) => format!("tree:{}", Excerpt(id)),
+        Some(pb::wait_request::Target::SessionIds(ids)) => {
+            format!("{} sessions", ids.session_ids.len())
+        }
+        None => "none".into(),
+    }
+}
+
 /// The stream type of `Watch`.
 pub type WatchStream = Pin<Box<dyn Stream<Item = Result<pb::WatchResponse, Status>> + Send>>;
 
@@ -168,7 +190,7 @@ pub type WatchStream = Pin<Box<dyn Stream<Item = Result<pb::WatchResponse, Statu
 impl WatchService for WatchApi {
     type WatchStream = WatchStream;
 
-    #[instrument(skip_all, fields(target = ?request.get_ref().target, start = ?request.get_ref().start_revision), err)]
+    #[instrument(skip_all, fields(target = %watch_target(request.get_ref().target.as_ref()), start = ?request.get_ref().start_revision), err)]
     async fn watch(
         &self,
         request: Request<pb::WatchRequest>,
@@ -176,7 +198,7 @@ impl WatchService for WatchApi {
         Ok(Response::new(self.watch_inner(request.into_inner()).await?))
     }
 
-    #[instrument(skip_all, fields(target = ?request.get_ref().target), err)]
+    #[instrument(skip_all, fields(target = %wait_target(request.get_ref().target.as_ref())), err)]
     async fn wait(
         &self,
         request: Request<pb::WaitRequest>,

@@ -194,6 +194,21 @@ fn emit(text: &str) {
     let _ = std::io::stdout().flush();
 }
 
+/// Plain text output (no styling of ours): every control character the
+/// server's text may hold is made visible, line by line.
+fn emit_plain(text: &str) {
+    let mut out = String::with_capacity(text.len());
+    for line in text.split_inclusive('\n') {
+        let (body, newline) = match line.strip_suffix('\n') {
+            Some(body) => (body, "\n"),
+            None => (line, ""),
+        };
+        out.push_str(&render::printable(body));
+        out.push_str(newline);
+    }
+    emit(&out);
+}
+
 fn emit_json(value: &Value) {
     emit(&format!("{value:#}\n"));
 }
@@ -304,7 +319,7 @@ pub async fn session(client: &ClientArgs, cmd: SessionCmd) -> CliResult {
                 .unwrap_or_default();
             match client.output {
                 Output::Json => emit_json(&session_json(&s)),
-                Output::Text => emit(&format!("created {}\n", s.session_id)),
+                Output::Text => emit_plain(&format!("created {}\n", s.session_id)),
             }
         }
         SessionCmd::List => {
@@ -327,7 +342,7 @@ pub async fn session(client: &ClientArgs, cmd: SessionCmd) -> CliResult {
             }
             match client.output {
                 Output::Json => emit_json(&Value::Array(all.iter().map(session_json).collect())),
-                Output::Text => emit(&session_tree(&all)),
+                Output::Text => emit_plain(&session_tree(&all)),
             }
         }
         SessionCmd::Show { id } => {
@@ -355,14 +370,11 @@ pub async fn session(client: &ClientArgs, cmd: SessionCmd) -> CliResult {
                     } else {
                         s.parent_session_id.clone()
                     };
-                    emit(&format!(
-                        "{}  agent {}  parent {}  revision {}\n{}",
-                        s.session_id,
-                        s.agent_id,
-                        parent,
-                        s.revision,
-                        plan_box(&plan)
+                    emit_plain(&format!(
+                        "{}  agent {}  parent {}  revision {}\n",
+                        s.session_id, s.agent_id, parent, s.revision,
                     ));
+                    emit(&plan_box(&plan));
                 }
             }
         }
@@ -379,7 +391,9 @@ pub async fn session(client: &ClientArgs, cmd: SessionCmd) -> CliResult {
                 Output::Json => {
                     emit_json(&json!({ "deleted": r.deleted_session_ids, "revision": r.revision }));
                 }
-                Output::Text => emit(&format!("deleted {}\n", r.deleted_session_ids.join(", "))),
+                Output::Text => {
+                    emit_plain(&format!("deleted {}\n", r.deleted_session_ids.join(", ")));
+                }
             }
         }
     }
@@ -456,7 +470,7 @@ pub async fn plan(client: &ClientArgs, cmd: PlanCmd) -> CliResult {
                         a.total_count
                     ));
                 }
-                emit(&text);
+                emit_plain(&text);
             }
         }
     };
@@ -518,8 +532,10 @@ pub async fn plan(client: &ClientArgs, cmd: PlanCmd) -> CliResult {
                     "revision": r.revision,
                     "plan": r.plan.iter().map(|i| json!({"id": i.id, "step": i.step, "status": status_name(i.status())})).collect::<Vec<_>>(),
                 })),
-                (Output::Text, false) => emit(&format!("{}\n", r.hint)),
-                (Output::Text, true) => emit(&format!("{} (revision {})\n", r.message, r.revision)),
+                (Output::Text, false) => emit_plain(&format!("{}\n", r.hint)),
+                (Output::Text, true) => {
+                    emit_plain(&format!("{} (revision {})\n", r.message, r.revision));
+                }
             }
         }
         PlanCmd::Status { session } => {
@@ -601,7 +617,7 @@ pub async fn plan(client: &ClientArgs, cmd: PlanCmd) -> CliResult {
                     if text.is_empty() {
                         text.push_str("(no past plans)\n");
                     }
-                    emit(&text);
+                    emit_plain(&text);
                 }
             }
         }
@@ -714,7 +730,7 @@ pub async fn wait(client: &ClientArgs, args: WaitArgs) -> CliResult {
                     p.items.len()
                 ));
             }
-            emit(&text);
+            emit_plain(&text);
         }
     }
     if r.satisfied {
@@ -968,7 +984,7 @@ fn print_event(output: Output, e: &pb::Event) {
                 Some(pb::event::Object::Todos(t)) => format!("  {} todos", t.todos.len()),
                 _ => String::new(),
             };
-            emit(&format!("{:>6}  {kind:<16} {who}{detail}\n", e.revision));
+            emit_plain(&format!("{:>6}  {kind:<16} {who}{detail}\n", e.revision));
         }
     }
 }

@@ -5,9 +5,31 @@
 //! empty. With `color` off (stdout is not a terminal, or `NO_COLOR`), the
 //! same layout without escape codes.
 
+use std::borrow::Cow;
 use std::fmt::Write as _;
 
 use unicode_width::UnicodeWidthStr;
+
+/// Text from the server made safe for a terminal: a step or todo written by
+/// anyone must not move the cursor, clear the screen or retitle the window.
+/// Line breaks and tabs become spaces; other control characters become
+/// their visible Unicode pictures (`␛` for ESC), so nothing is hidden.
+pub fn printable(text: &str) -> Cow<'_, str> {
+    if !text.chars().any(char::is_control) {
+        return Cow::Borrowed(text);
+    }
+    Cow::Owned(
+        text.chars()
+            .map(|c| match c {
+                '\n' | '\r' | '\t' => ' ',
+                '\u{0}'..='\u{1f}' => char::from_u32(0x2400 + u32::from(c)).unwrap_or('\u{fffd}'),
+                '\u{7f}' => '\u{2421}',
+                c if c.is_control() => '\u{fffd}',
+                c => c,
+            })
+            .collect(),
+    )
+}
 
 /// Status of one rendered line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,7 +62,7 @@ pub fn task_box(items: &[(Mark, String)], color: bool) -> String {
     let title = "📋 Tasks";
     let body: Vec<String> = items
         .iter()
-        .map(|(mark, text)| format!("{} {}", mark.glyph(), text.replace(['\n', '\r'], " ")))
+        .map(|(mark, text)| format!("{} {}", mark.glyph(), printable(text)))
         .collect();
     let inner = body
         .iter()
@@ -109,6 +131,8 @@ fn ago(secs: u64) -> String {
 }
 
 fn clip(text: &str, width: usize) -> String {
+    let text = printable(text);
+    let text = text.as_ref();
     if text.width() <= width {
         return format!("{text}{}", " ".repeat(width - text.width()));
     }
@@ -127,7 +151,7 @@ fn clip(text: &str, width: usize) -> String {
 /// The live board: one row per session, indented by depth.
 pub fn board(title: &str, rows: &[BoardRow], revision: u64, color: bool) -> String {
     let mut out = String::new();
-    let head = format!("cairn · {title} · revision {revision}");
+    let head = format!("cairn · {} · revision {revision}", printable(title));
     if color {
         let _ = writeln!(out, "{BOLD}{head}{RESET}");
     } else {
@@ -196,6 +220,22 @@ mod tests {
     #[test]
     fn the_seed_box_in_colour() {
         insta::assert_snapshot!(task_box(&items(), true).replace('\x1b', "<ESC>"));
+    }
+
+    #[test]
+    fn control_characters_never_reach_the_terminal() {
+        let hostile = "a\u{1b}[2J\u{1b}]0;pwned\u{7}b\nc\u{9b}d\u{7f}";
+        let text = task_box(&[(Mark::Active, hostile.into())], false);
+        assert!(
+            !text.contains(['\u{1b}', '\u{7}', '\u{9b}', '\u{7f}']),
+            "{text:?}"
+        );
+        // In colour, the only escapes are the box's own bold and reset.
+        let coloured = task_box(&[(Mark::Active, hostile.into())], true);
+        assert_eq!(coloured.matches('\u{1b}').count(), 2, "{coloured:?}");
+        assert_eq!(printable(hostile), "a␛[2J␛]0;pwned␇b c\u{fffd}d␡");
+        let board = board("t\u{1b}", &[], 1, false);
+        assert!(!board.contains('\u{1b}'));
     }
 
     #[test]

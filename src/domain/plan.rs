@@ -177,7 +177,7 @@ pub fn apply_update(prev: &Checklist, update: PlanUpdate) -> Checklist {
         .map(|(input, id)| {
             let id = id.unwrap_or_else(|| {
                 let id = next_id;
-                next_id += 1;
+                next_id = next_id.saturating_add(1);
                 id
             });
             PlanItem {

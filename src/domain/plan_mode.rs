@@ -591,7 +591,7 @@ impl SessionPlan {
         )?;
         self.mode.next_modification_id = self.mode.next_modification_id.max(1);
         let id = self.mode.next_modification_id;
-        self.mode.next_modification_id += 1;
+        self.mode.next_modification_id = self.mode.next_modification_id.saturating_add(1);
         self.mode.modifications.push(Modification {
             id,
             step_id,

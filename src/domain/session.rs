@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::{Limits, Micros};
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, excerpt};
 
 /// A stored session.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -62,13 +62,13 @@ pub fn validate_labels(labels: &BTreeMap<String, String>, limits: &Limits) -> Re
         }
         if k.len() > limits.max_id_len {
             return Err(Error::LimitExceeded {
-                field: format!("session.labels[{k:?}]"),
+                field: format!("session.labels[{:?}]", excerpt(k)),
                 what: "label key length",
                 limit: limits.max_id_len,
                 actual: k.len(),
             });
         }
-        limits.check_text(|| format!("session.labels[{k:?}]"), v)?;
+        limits.check_text(|| format!("session.labels[{:?}]", excerpt(k)), v)?;
     }
     Ok(())
 }

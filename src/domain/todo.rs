@@ -10,7 +10,7 @@ use std::collections::{HashMap, HashSet};
 use serde::{Deserialize, Serialize};
 
 use super::{Limits, Micros};
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, excerpt};
 
 /// Status of a todo.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -106,7 +106,7 @@ pub fn validate(items: &[TodoInput], limits: &Limits) -> Result<()> {
         if !seen.insert(item.id.as_str()) {
             return Err(Error::invalid(
                 format!("todos[{i}].id"),
-                format!("duplicate id {:?}", item.id),
+                format!("duplicate id {:?}", excerpt(&item.id)),
             ));
         }
         limits.check_required_text(|| format!("todos[{i}].content"), &item.content)?;

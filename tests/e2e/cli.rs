@@ -224,3 +224,54 @@ async fn the_board_follows_a_tree_live() {
     assert!(coder.contains("coder"), "{frame:?}");
     board.kill().await.unwrap();
 }
+
+#[tokio::test]
+async fn control_characters_in_server_text_never_reach_the_terminal() {
+    let server = TestServer::start().await;
+    let hostile = r#"{"explanation": "x\u001b]0;pwned\u0007", "plan": [
+      {"step": "clear \u001b[2J\u001b[H the screen", "status": "in_progress"},
+      {"step": "b", "status": "pending"}, {"step": "c", "status": "pending"},
+      {"step": "d\u009b31m", "status": "pending"}]}"#;
+    let (ok, _, err) = cairn(&server, &["plan", "update", "s"], hostile).await;
+    assert!(ok, "{err}");
+    let todos = r#"[{"id": "1", "content": "ring \u0007 bell \u001b[5m", "status": "pending"}]"#;
+    let (ok, _, err) = cairn(&server, &["todo", "write", "a"], todos).await;
+    assert!(ok, "{err}");
+    for args in [
+        &["plan", "show", "s"][..],
+        &["session", "show", "s"],
+        &["todo", "show", "a"],
+        &["watch", "--all", "--from-revision", "1"],
+    ] {
+        let out = if args[0] == "watch" {
+            // A follower never exits by itself: read what it printed.
+            let mut child = Command::new(env!("CARGO_BIN_EXE_cairn"))
+                .args(args)
+                .args(["--server", &format!("http://{}", server.addr)])
+                .stdout(Stdio::piped())
+                .spawn()
+                .unwrap();
+            let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+            let mut text = String::new();
+            for _ in 0..2 {
+                let line = tokio::time::timeout(Duration::from_secs(20), lines.next_line())
+                    .await
+                    .unwrap()
+                    .unwrap()
+                    .unwrap();
+                text.push_str(&line);
+            }
+            child.kill().await.unwrap();
+            text
+        } else {
+            let (ok, out, err) = cairn(&server, args, "").await;
+            assert!(ok, "{err}");
+            out
+        };
+        assert!(
+            !out.contains(['\u{1b}', '\u{7}', '\u{9b}']),
+            "{args:?} printed a control character: {out:?}"
+        );
+        assert!(out.contains('␛') || args[0] == "watch", "{args:?}: {out:?}");
+    }
+}

@@ -180,3 +180,8 @@ pub fn todo(id: &str, status: pb::TodoStatus) -> pb::TodoItem {
         ..pb::TodoItem::default()
     }
 }
+
+/// The start of a long text, for assertion messages.
+pub fn short(text: &str) -> String {
+    text.chars().take(40).collect()
+}

@@ -9,8 +9,10 @@
 mod bounds;
 mod cli;
 mod common;
+mod connections;
 mod crash;
 mod faults;
+mod inputs;
 mod plan_mode;
 mod plans;
 mod process;

@@ -8,6 +8,12 @@ use std::time::{Duration, Instant};
 
 use tonic::transport::Channel;
 
+/// The binary under test: this build's, or `CAIRN_BIN` (to measure
+/// another build, e.g. a release one, with the same tests).
+pub fn binary() -> String {
+    std::env::var("CAIRN_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_cairn").to_owned())
+}
+
 /// A running (or exited) `cairn serve`.
 pub struct Proc {
     pub child: Child,
@@ -34,7 +40,7 @@ impl Proc {
         args: &[&str],
     ) -> Result<Proc, (ExitStatus, String)> {
         Self::spawn(
-            Command::new(env!("CARGO_BIN_EXE_cairn"))
+            Command::new(binary())
                 .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
                 .arg(data_dir)
                 .args(args),

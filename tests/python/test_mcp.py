@@ -207,3 +207,55 @@ def test_an_orchestrator_waits_for_its_sub_agent(server_addr):
         assert any(s["session_id"] == "orch-mcp:sub" and s["completed"] == 4 for s in reply["sessions"])
 
     run(with_agent(server_addr, "orchestrator", "orch-mcp", main))
+
+
+def test_a_stopped_server_is_a_tool_error_within_the_call_timeout():
+    """With nothing listening, a tool answers with an error in bounded time
+    instead of leaving the agent waiting forever."""
+    from conftest import _free_port
+
+    dead = f"http://127.0.0.1:{_free_port()}"
+
+    async def main():
+        params = StdioServerParameters(
+            command=BINARY, args=["mcp", "--server", dead, "--agent-id", "lost", "--call-timeout", "2s"]
+        )
+        async with stdio_client(params) as (read, write):
+            async with ClientSession(read, write) as mcp:
+                await mcp.initialize()
+                return await asyncio.wait_for(call(mcp, "todo_read"), timeout=20)
+
+    err, text = run(main())
+    assert err, text
+
+
+def test_malformed_input_lines_get_a_parse_error():
+    """JSON-RPC 2.0: input that is not JSON is answered with -32700 and a
+    null id; the session carries on."""
+    import subprocess
+
+    proc = subprocess.Popen(
+        [BINARY, "mcp", "--agent-id", "p", "--call-timeout", "2s"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        proc.stdin.write(b"this is not json\n")
+        proc.stdin.flush()
+        reply = json.loads(proc.stdout.readline())
+        assert reply["jsonrpc"] == "2.0" and reply["id"] is None
+        assert reply["error"]["code"] == -32700
+        init = {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
+        }
+        proc.stdin.write((json.dumps(init) + "\n").encode())
+        proc.stdin.flush()
+        reply = json.loads(proc.stdout.readline())
+        assert reply["id"] == 1 and "result" in reply, reply
+    finally:
+        proc.stdin.close()
+        proc.wait(timeout=10)

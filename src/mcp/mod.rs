@@ -21,6 +21,11 @@ use serde_json::{Value, json};
 use tokio::sync::OnceCell;
 use tonic::transport::{Channel, Endpoint};
 
+mod deadline;
+mod stdio;
+
+use deadline::{CallTimeout, Deadline};
+
 use crate::api::convert::micros;
 use crate::domain::rfc3339;
 use crate::pb;
@@ -40,6 +45,10 @@ pub struct McpArgs {
     /// The orchestrator's session this agent's session belongs under.
     #[arg(long, env = "CAIRN_PARENT_SESSION_ID")]
     pub parent_session_id: Option<String>,
+    /// How long one call to the server may take before the tool fails
+    /// (`wait` gets its own timeout on top).
+    #[arg(long, env = "CAIRN_CALL_TIMEOUT", default_value = "30s", value_parser = crate::config::parse_duration)]
+    pub call_timeout: Duration,
 }
 
 /// Serves MCP on stdin/stdout until the client closes it.
@@ -48,8 +57,10 @@ pub async fn run(args: McpArgs) -> Result<(), Box<dyn std::error::Error + Send +
         .connect_timeout(Duration::from_secs(5))
         .connect_lazy();
     let server = CairnTools::new(args, channel);
-    let running = server.serve(rmcp::transport::stdio()).await?;
+    let (transport, pumps) = stdio::filtered(tokio::io::stdin(), tokio::io::stdout());
+    let running = server.serve(transport).await?;
     running.waiting().await?;
+    pumps.finish().await;
     Ok(())
 }
 
@@ -232,7 +243,7 @@ pub struct CheckActionArgs {
 pub struct CairnTools {
     args: McpArgs,
     session_id: String,
-    channel: Channel,
+    channel: Deadline,
     /// The agent's session is created (under its parent) once, on first use.
     ensured: std::sync::Arc<OnceCell<()>>,
     tool_router: ToolRouter<Self>,
@@ -379,6 +390,7 @@ fn status_json(s: &pb::PlanStatus) -> Value {
 impl CairnTools {
     /// The server for one agent, over a (lazily connecting) channel.
     pub fn new(args: McpArgs, channel: Channel) -> Self {
+        let args_timeout = args.call_timeout;
         let session_id = args
             .session_id
             .clone()
@@ -386,17 +398,17 @@ impl CairnTools {
         CairnTools {
             args,
             session_id,
-            channel,
+            channel: Deadline::new(channel, args_timeout),
             ensured: std::sync::Arc::new(OnceCell::new()),
             tool_router: Self::tool_router(),
         }
     }
 
-    fn plans(&self) -> pb::plan_service_client::PlanServiceClient<Channel> {
+    fn plans(&self) -> pb::plan_service_client::PlanServiceClient<Deadline> {
         pb::plan_service_client::PlanServiceClient::new(self.channel.clone())
     }
 
-    fn todos(&self) -> pb::todo_service_client::TodoServiceClient<Channel> {
+    fn todos(&self) -> pb::todo_service_client::TodoServiceClient<Deadline> {
         pb::todo_service_client::TodoServiceClient::new(self.channel.clone())
     }
 
@@ -783,6 +795,10 @@ impl CairnTools {
             }),
         };
         let mut client = pb::watch_service_client::WatchServiceClient::new(self.channel.clone());
+        let mut req = tonic::Request::new(req);
+        req.extensions_mut().insert(CallTimeout(
+            Duration::from_secs(seconds) + self.args.call_timeout,
+        ));
         match client.wait(req).await {
             Ok(r) => {
                 let r = r.into_inner();

@@ -1,0 +1,144 @@
+//! Connections on the real binary: a cap, timeouts for idle and half-sent
+//! connections, back-off when out of file descriptors, and a bounded drain.
+
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tonic_health::pb::HealthCheckRequest;
+use tonic_health::pb::health_client::HealthClient;
+
+use crate::process::Proc;
+
+/// Whether the server closed `conn` (EOF or reset) within `within`.
+async fn closed_by_server(conn: &mut TcpStream, within: Duration) -> bool {
+    let mut buf = [0u8; 64];
+    match tokio::time::timeout(within, conn.read(&mut buf)).await {
+        Ok(Ok(0) | Err(_)) => true,
+        Ok(Ok(_)) | Err(_) => false,
+    }
+}
+
+/// CPU time the process has used, in clock ticks (1/100 s), from /proc.
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let rest = &stat[stat.rfind(')').unwrap() + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_half_sent_request_cannot_hold_shutdown() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut p = Proc::start(
+        dir.path(),
+        &["--drain-timeout", "2s", "--header-read-timeout", "60s"],
+    );
+    let mut conn = TcpStream::connect(&p.addr).await.unwrap();
+    conn.write_all(b"POST /cairn.v1.PlanService/GetPlan HTTP/1.1\r\nHost: x\r\n")
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let t = Instant::now();
+    p.terminate();
+    // New connections are refused at once, not left hanging.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        TcpStream::connect(&p.addr).await.is_err(),
+        "still accepting"
+    );
+    let status = p
+        .wait_timeout(Duration::from_secs(15))
+        .await
+        .expect("the drain deadline ends the server");
+    assert!(status.success());
+    assert!(t.elapsed() < Duration::from_secs(10));
+    assert!(p.log().contains("drain deadline passed"), "{}", p.log());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_are_capped_and_idle_ones_closed() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = Proc::start(
+        dir.path(),
+        &["--max-connections", "20", "--header-read-timeout", "1s"],
+    );
+    let mut held = Vec::new();
+    for _ in 0..20 {
+        held.push(TcpStream::connect(&p.addr).await.unwrap());
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Over the cap: closed at once.
+    let mut extra = TcpStream::connect(&p.addr).await.unwrap();
+    assert!(closed_by_server(&mut extra, Duration::from_millis(500)).await);
+    assert!(p.log().contains("connection limit reached"), "{}", p.log());
+    // Connections that never send a request are closed after the
+    // header-read timeout, which frees the slots.
+    for conn in &mut held {
+        assert!(closed_by_server(conn, Duration::from_secs(5)).await);
+    }
+    let mut health = HealthClient::new(p.channel().await);
+    health
+        .check(HealthCheckRequest {
+            service: String::new(),
+        })
+        .await
+        .unwrap();
+    p.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn out_of_file_descriptors_backs_off_and_recovers() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = env!("CARGO_BIN_EXE_cairn");
+    let data = dir.path().display().to_string();
+    let p = Proc::spawn(std::process::Command::new("sh").args([
+        "-c",
+        &format!("ulimit -n 64 && exec {bin} serve --listen 127.0.0.1:0 --data-dir {data}"),
+    ]))
+    .unwrap();
+    let mut held = Vec::new();
+    for _ in 0..100 {
+        if let Ok(c) = TcpStream::connect(&p.addr).await {
+            held.push(c);
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let before = cpu_ticks(p.pid());
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let used = cpu_ticks(p.pid()) - before;
+    assert!(
+        p.log().contains("cannot accept connections; backing off"),
+        "{}",
+        p.log()
+    );
+    // Not a spin: a spinning accept loop burns the whole 2 s.
+    assert!(
+        used < 50,
+        "{used} CPU ticks in 2 s while out of descriptors"
+    );
+    drop(held);
+    // Descriptors free again: the server serves.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let ok = match tonic::transport::Channel::from_shared(format!("http://{}", p.addr))
+            .unwrap()
+            .connect()
+            .await
+        {
+            Ok(ch) => HealthClient::new(ch)
+                .check(HealthCheckRequest {
+                    service: String::new(),
+                })
+                .await
+                .is_ok(),
+            Err(_) => false,
+        };
+        if ok {
+            break;
+        }
+        assert!(Instant::now() < deadline, "never served again");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    p.stop().await;
+}
