@@ -1,3 +1,6 @@
+//! The build script of `crates/cairn-api` (its manifest points here, so the
+//! protos and how they are built stay at the top of the repository).
+//!
 //! Compiles `proto/cairn/v1/*.proto` with protox (pure Rust, no system
 //! `protoc`) and writes the descriptor set that server reflection serves.
 
@@ -13,8 +16,9 @@ const PROTOS: &[&str] = &[
 ];
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    println!("cargo:rerun-if-changed=proto");
-    let fds = protox::compile(PROTOS, ["proto"])?;
+    let proto = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR")?).join("../../proto");
+    println!("cargo:rerun-if-changed={}", proto.display());
+    let fds = protox::compile(PROTOS, [&proto])?;
 
     // `file_descriptor_set_path` is ignored by `compile_fds`, so reflection's
     // descriptor set is written here from the same compiled set.

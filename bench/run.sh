@@ -18,14 +18,17 @@ PAYLOAD=${PAYLOAD:-256}
 WATCHERS=${WATCHERS:-1000}
 RATE=${RATE:-1000}
 IDLE_STREAMS=${IDLE_STREAMS:-10000}
-WORK=${WORK:-$PWD/target/bench}
+WORK=${WORK:-${TMPDIR:-/tmp}/cairn-bench}
 OUT=${OUT:-$WORK/results.jsonl}
 
 if ! command -v etcd >/dev/null; then
   apt-get update -q && apt-get install -y -q etcd-server
 fi
 cargo build --release --bin cairn
-BIN=$PWD/target/release/cairn
+cargo build --release -p cairn-bench
+TARGET_DIR=$(cargo metadata --no-deps --format-version 1 | python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')
+BIN=$TARGET_DIR/release/cairn
+BENCH=$TARGET_DIR/release/cairn-bench
 rm -rf "$WORK" && mkdir -p "$WORK"
 : > "$OUT"
 
@@ -36,7 +39,7 @@ start_cairn() { # extra flags...
   CAIRN_LOG=warn "$BIN" serve --listen "127.0.0.1:$PORT" --data-dir "$WORK/cairn-data" "$@" 2>>"$WORK/cairn.log" &
   server_pid=$!
   for _ in $(seq 100); do
-    "$BIN" bench --scenario health --addr "http://127.0.0.1:$PORT" --concurrency 1 --duration 0s --warmup 0s >/dev/null 2>&1 && return
+    "$BENCH" --scenario health --addr "http://127.0.0.1:$PORT" --concurrency 1 --duration 0s --warmup 0s >/dev/null 2>&1 && return
     sleep 0.1
   done
   echo "cairn did not start" >&2; exit 1
@@ -47,7 +50,7 @@ trap 'kill $server_pid 2>/dev/null || true' EXIT
 bench() { # label scenario addr [flags...]
   local label=$1 scenario=$2 addr=$3; shift 3
   echo "-- $label" >&2
-  "$BIN" bench --label "$label" --scenario "$scenario" --addr "$addr" \
+  "$BENCH" --label "$label" --scenario "$scenario" --addr "$addr" \
     --concurrency "$CONCURRENCY" --duration "$DURATION" --warmup "$WARMUP" \
     --payload "$PAYLOAD" --server-pid "$server_pid" "$@" | tee -a "$OUT" >&2
 }
@@ -70,7 +73,7 @@ etcd --name bench --data-dir "$WORK/etcd-data" \
   --initial-cluster bench=http://127.0.0.1:2380 --log-level error >"$WORK/etcd.log" 2>&1 &
 server_pid=$!
 for _ in $(seq 100); do
-  "$BIN" bench --scenario etcd-range --addr http://127.0.0.1:2379 --concurrency 1 --duration 0s --warmup 0s >/dev/null 2>&1 && break
+  "$BENCH" --scenario etcd-range --addr http://127.0.0.1:2379 --concurrency 1 --duration 0s --warmup 0s >/dev/null 2>&1 && break
   sleep 0.1
 done
 bench "etcd Put" etcd-put http://127.0.0.1:2379

@@ -1,5 +1,7 @@
 //! The `cairn` command line. Every flag has a `CAIRN_*` env var; doc comments
-//! are the help text.
+//! are the help text. The server's flags map onto `cairn_server`'s own
+//! configuration types here, so nothing below the binary knows about the
+//! command line.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -7,12 +9,12 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
-use crate::api::conn::ConnLimits;
-use crate::api::server::{DEFAULT_MAX_REQUEST_BYTES, ServerConfig};
-use crate::api::{DEFAULT_BLOCKED_TOOLS, Policy};
-use crate::domain::Limits;
-use crate::store::StoreOptions;
-use crate::store::compactor::Retention;
+use cairn_core::Limits;
+use cairn_core::duration::parse_duration;
+use cairn_server::conn::ConnLimits;
+use cairn_server::{DEFAULT_BLOCKED_TOOLS, DEFAULT_MAX_REQUEST_BYTES, Policy, ServerConfig};
+use cairn_store::StoreOptions;
+use cairn_store::compactor::Retention;
 
 /// Cairn: durable, observable plans and todo lists for LLM agents.
 #[derive(Debug, Parser)]
@@ -43,45 +45,43 @@ pub enum LogFormat {
 pub enum Command {
     /// Run the server on an embedded redb database under the data directory.
     Serve(Box<ServeArgs>),
-    /// Load-test a running server (or etcd) and print one JSON line of figures.
-    Bench(crate::bench::BenchArgs),
     /// Serve the seed tools (update_plan, todo_*, plan_*, wait, check_action)
     /// over MCP on stdin/stdout for one agent.
-    Mcp(crate::mcp::McpArgs),
+    Mcp(cairn_client::mcp::McpArgs),
     /// Sessions: create (under a parent), list as a tree, show, delete.
     Session {
         #[command(subcommand)]
-        cmd: crate::cli::SessionCmd,
+        cmd: cairn_client::cli::SessionCmd,
         #[command(flatten)]
-        client: crate::cli::ClientArgs,
+        client: cairn_client::cli::ClientArgs,
     },
     /// Plans: show, update from JSON, status, approve, reject, history.
     Plan {
         #[command(subcommand)]
-        cmd: crate::cli::PlanCmd,
+        cmd: cairn_client::cli::PlanCmd,
         #[command(flatten)]
-        client: crate::cli::ClientArgs,
+        client: cairn_client::cli::ClientArgs,
     },
     /// Todo lists: show, write from JSON.
     Todo {
         #[command(subcommand)]
-        cmd: crate::cli::TodoCmd,
+        cmd: cairn_client::cli::TodoCmd,
         #[command(flatten)]
-        client: crate::cli::ClientArgs,
+        client: cairn_client::cli::ClientArgs,
     },
     /// Follow changes live; `--tree` shows a board of a session tree.
     Watch {
         #[command(flatten)]
-        args: crate::cli::WatchArgs,
+        args: cairn_client::cli::WatchArgs,
         #[command(flatten)]
-        client: crate::cli::ClientArgs,
+        client: cairn_client::cli::ClientArgs,
     },
     /// Block until every plan in a session tree is completed.
     Wait {
         #[command(flatten)]
-        args: crate::cli::WaitArgs,
+        args: cairn_client::cli::WaitArgs,
         #[command(flatten)]
-        client: crate::cli::ClientArgs,
+        client: cairn_client::cli::ClientArgs,
     },
 }
 
@@ -172,41 +172,6 @@ pub struct ServeArgs {
     pub web_origin: Vec<String>,
 }
 
-/// Longest duration any flag takes: beyond it, timers would overflow.
-pub const MAX_DURATION: Duration = Duration::from_secs(366 * 86_400);
-
-/// Parses `250ms`, `10s`, `5m`, `24h` or `2d` (a bare number is seconds),
-/// at most a year.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let d = parse_any_duration(text)?;
-    if d > MAX_DURATION {
-        return Err(format!("{text:?} is longer than the most allowed, 366d"));
-    }
-    Ok(d)
-}
-
-fn parse_any_duration(text: &str) -> Result<Duration, String> {
-    let text = text.trim();
-    let split = text
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let n: u64 = number
-        .parse()
-        .map_err(|_| format!("{text:?} is not a duration like 500ms, 10s, 5m, 24h"))?;
-    let secs = |k: u64| Duration::from_secs(n.saturating_mul(k));
-    match unit {
-        "ms" => Ok(Duration::from_millis(n)),
-        "" | "s" => Ok(secs(1)),
-        "m" => Ok(secs(60)),
-        "h" => Ok(secs(3600)),
-        "d" => Ok(secs(86_400)),
-        other => Err(format!(
-            "unknown duration unit {other:?}: use ms, s, m, h or d"
-        )),
-    }
-}
-
 impl ServeArgs {
     /// The server configuration these flags describe.
     pub fn server_config(&self) -> ServerConfig {
@@ -272,17 +237,6 @@ mod tests {
         assert_eq!(cfg.store.commit_batch, 256);
         assert_eq!(cfg.progress_interval, Duration::from_secs(10));
         assert_eq!(cfg.retention, Retention::default());
-    }
-
-    #[test]
-    fn durations() {
-        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
-        assert_eq!(parse_duration("10"), Ok(Duration::from_secs(10)));
-        assert_eq!(parse_duration("24h"), Ok(Duration::from_secs(86_400)));
-        assert!(parse_duration("5 parsecs").is_err());
-        assert!(parse_duration("").is_err());
-        assert!(parse_duration("99999999999d").is_err());
-        assert_eq!(parse_duration("366d"), Ok(MAX_DURATION));
     }
 
     #[test]

@@ -1,10 +1,16 @@
-//! The `cairn` binary: parse config, set up tracing, run.
+//! The `cairn` binary: parse the command line, set up tracing, run the
+//! server (`cairn-server`) or a client (`cairn-client`).
+//!
+//! It is the only place that knows the command line: [`config`] maps flags
+//! onto each crate's own configuration types.
+
+mod config;
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
 
-use cairn::config::{Cli, Command, LogFormat};
 use clap::Parser;
+use config::{Cli, Command, LogFormat};
 use tracing_subscriber::EnvFilter;
 
 #[tokio::main]
@@ -20,8 +26,7 @@ async fn main() -> ExitCode {
                     return ExitCode::FAILURE;
                 }
             };
-            match cairn::api::server::serve(listener, args.server_config(), shutdown_signal()).await
-            {
+            match cairn_server::serve(listener, args.server_config(), shutdown_signal()).await {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     tracing::error!(error = %e, "server failed");
@@ -29,34 +34,15 @@ async fn main() -> ExitCode {
                 }
             }
         }
-        Command::Session { cmd, client } => finish(cairn::cli::session(&client, cmd).await),
-        Command::Plan { cmd, client } => finish(cairn::cli::plan(&client, cmd).await),
-        Command::Todo { cmd, client } => finish(cairn::cli::todo(&client, cmd).await),
-        Command::Watch { args, client } => finish(cairn::cli::watch(&client, args).await),
-        Command::Wait { args, client } => finish(cairn::cli::wait(&client, args).await),
-        Command::Mcp(args) => match cairn::mcp::run(args).await {
+        Command::Session { cmd, client } => finish(cairn_client::cli::session(&client, cmd).await),
+        Command::Plan { cmd, client } => finish(cairn_client::cli::plan(&client, cmd).await),
+        Command::Todo { cmd, client } => finish(cairn_client::cli::todo(&client, cmd).await),
+        Command::Watch { args, client } => finish(cairn_client::cli::watch(&client, args).await),
+        Command::Wait { args, client } => finish(cairn_client::cli::wait(&client, args).await),
+        Command::Mcp(args) => match cairn_client::mcp::run(args).await {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 tracing::error!(error = %e, "mcp server failed");
-                ExitCode::FAILURE
-            }
-        },
-        Command::Bench(args) => match cairn::bench::run(args).await {
-            Ok(report) => match serde_json::to_string(&report) {
-                Ok(line) => {
-                    #[allow(clippy::print_stdout)] // the report is the command's output
-                    {
-                        println!("{line}");
-                    }
-                    ExitCode::SUCCESS
-                }
-                Err(e) => {
-                    tracing::error!(error = %e, "cannot encode the report");
-                    ExitCode::FAILURE
-                }
-            },
-            Err(e) => {
-                tracing::error!(error = %e, "benchmark failed");
                 ExitCode::FAILURE
             }
         },

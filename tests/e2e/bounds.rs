@@ -3,12 +3,14 @@
 
 use std::time::Duration;
 
-use cairn::pb;
-use cairn::pb::watch_service_client::WatchServiceClient;
+use cairn_api as pb;
+use cairn_api::watch_service_client::WatchServiceClient;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::common::{item, update};
-use crate::process::Proc;
+use cairn_testkit::Proc;
+use cairn_testkit::{item, update};
+
+use crate::bin;
 
 /// Writes `n` plans of five `step_bytes`-byte steps, 8 at a time.
 async fn write_plans(p: &Proc, n: usize, step_bytes: usize) {
@@ -43,7 +45,7 @@ async fn write_plans(p: &Proc, n: usize, step_bytes: usize) {
 /// then caught up with all of it from the log.
 async fn peak_with_stalled_readers(watchers: usize, sse: usize) -> (u64, u64) {
     let dir = tempfile::tempdir().unwrap();
-    let p = Proc::start(dir.path(), &["--web-listen", "127.0.0.1:0"]);
+    let p = Proc::start(&bin(), dir.path(), &["--web-listen", "127.0.0.1:0"]);
     let (go, gate) = tokio::sync::watch::channel(false);
     let mut tasks = Vec::new();
     for _ in 0..watchers {
@@ -130,7 +132,7 @@ async fn children(p: &Proc, parent: &str, n: usize) {
         tasks.push(tokio::spawn(async move {
             for i in (w..n).step_by(16) {
                 sessions
-                    .create_session(crate::common::session(&format!("{parent}:{i}"), &parent))
+                    .create_session(cairn_testkit::session(&format!("{parent}:{i}"), &parent))
                     .await
                     .unwrap();
             }
@@ -144,10 +146,10 @@ async fn children(p: &Proc, parent: &str, n: usize) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wide_cascade_delete_runs_in_bounded_memory() {
     let dir = tempfile::tempdir().unwrap();
-    let p = Proc::start(dir.path(), &[]);
+    let p = Proc::start(&bin(), dir.path(), &[]);
     let mut sessions = pb::session_service_client::SessionServiceClient::new(p.channel().await);
     sessions
-        .create_session(crate::common::session("root", ""))
+        .create_session(cairn_testkit::session("root", ""))
         .await
         .unwrap();
     let t = std::time::Instant::now();
@@ -185,7 +187,7 @@ async fn a_wide_cascade_delete_runs_in_bounded_memory() {
 /// Peak RSS in MB of a restarted, idle server on a store of large plans,
 /// for `secs` seconds with these flags.
 async fn idle_peak(data: &std::path::Path, flags: &[&str], secs: u64) -> u64 {
-    let p = Proc::start(data, flags);
+    let p = Proc::start(&bin(), data, flags);
     tokio::time::sleep(Duration::from_secs(secs)).await;
     let peak = p.status_kb("VmHWM") / 1024;
     p.stop().await;
@@ -195,7 +197,7 @@ async fn idle_peak(data: &std::path::Path, flags: &[&str], secs: u64) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_compactor_reads_times_not_revisions() {
     let dir = tempfile::tempdir().unwrap();
-    let p = Proc::start(dir.path(), &[]);
+    let p = Proc::start(&bin(), dir.path(), &[]);
     write_plans(&p, 1500, 8000).await;
     p.stop().await;
     // Nothing is due (a day's retention), so a pass should cost nothing,

@@ -7,11 +7,13 @@ use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::Command;
 
-use crate::common::TestServer;
+use cairn_testkit::TestServer;
+
+use crate::bin;
 
 /// Runs `cairn ARGS` with `stdin`, returns (success, stdout, stderr).
 async fn cairn(server: &TestServer, args: &[&str], stdin: &str) -> (bool, String, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_cairn"))
+    let mut child = Command::new(bin())
         .args(args)
         .args(["--server", &format!("http://{}", server.addr)])
         .env_remove("NO_COLOR")
@@ -74,7 +76,7 @@ async fn a_person_and_a_script_use_the_cli() {
     let (ok, out, _) = cairn(&server, &["plan", "update", "orch:coder"], PLAN).await;
     assert!(ok, "{out}");
     assert_eq!(out, "Plan updated (revision 3)\n");
-    // Not a terminal: the seed's box, without escape codes.
+    // Not a terminal: the task box, without escape codes.
     let (ok, out, _) = cairn(&server, &["plan", "show", "orch:coder"], "").await;
     assert!(ok);
     assert_eq!(
@@ -97,7 +99,7 @@ async fn a_person_and_a_script_use_the_cli() {
     assert_eq!(json["plan"][1]["status"], "in_progress");
     assert_eq!(json["mode"], "normal");
 
-    // The seed's rules come back as errors with their exact text.
+    // The rules come back as errors with their exact text.
     let two = PLAN.replace("\"pending\"}\n]", "\"in_progress\"}\n]");
     let (ok, _, err) = cairn(&server, &["plan", "update", "orch:coder"], &two).await;
     assert!(!ok);
@@ -177,7 +179,7 @@ async fn the_board_follows_a_tree_live() {
         "",
     )
     .await;
-    let mut board = Command::new(env!("CARGO_BIN_EXE_cairn"))
+    let mut board = Command::new(bin())
         .args([
             "watch",
             "--tree",
@@ -245,7 +247,7 @@ async fn control_characters_in_server_text_never_reach_the_terminal() {
     ] {
         let out = if args[0] == "watch" {
             // A follower never exits by itself: read what it printed.
-            let mut child = Command::new(env!("CARGO_BIN_EXE_cairn"))
+            let mut child = Command::new(bin())
                 .args(args)
                 .args(["--server", &format!("http://{}", server.addr)])
                 .stdout(Stdio::piped())

@@ -8,7 +8,9 @@ use tokio::net::TcpStream;
 use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_client::HealthClient;
 
-use crate::process::Proc;
+use cairn_testkit::Proc;
+
+use crate::bin;
 
 /// Whether the server closed `conn` (EOF or reset) within `within`.
 async fn closed_by_server(conn: &mut TcpStream, within: Duration) -> bool {
@@ -31,6 +33,7 @@ fn cpu_ticks(pid: u32) -> u64 {
 async fn a_half_sent_request_cannot_hold_shutdown() {
     let dir = tempfile::tempdir().unwrap();
     let mut p = Proc::start(
+        &bin(),
         dir.path(),
         &["--drain-timeout", "2s", "--header-read-timeout", "60s"],
     );
@@ -60,6 +63,7 @@ async fn a_half_sent_request_cannot_hold_shutdown() {
 async fn connections_are_capped_and_idle_ones_closed() {
     let dir = tempfile::tempdir().unwrap();
     let p = Proc::start(
+        &bin(),
         dir.path(),
         &["--max-connections", "20", "--header-read-timeout", "1s"],
     );
@@ -90,7 +94,7 @@ async fn connections_are_capped_and_idle_ones_closed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn out_of_file_descriptors_backs_off_and_recovers() {
     let dir = tempfile::tempdir().unwrap();
-    let bin = env!("CARGO_BIN_EXE_cairn");
+    let bin = bin();
     let data = dir.path().display().to_string();
     let p = Proc::spawn(std::process::Command::new("sh").args([
         "-c",

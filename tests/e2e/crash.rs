@@ -11,13 +11,15 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use cairn::pb;
-use cairn::pb::watch_service_client::WatchServiceClient;
+use cairn_api as pb;
+use cairn_api::watch_service_client::WatchServiceClient;
 use tonic::transport::Channel;
 
-use crate::common::{five_steps, todo, update};
-use crate::process::Proc;
-use crate::watch::history;
+use cairn_testkit::Proc;
+use cairn_testkit::{five_steps, todo, update};
+
+use crate::bin;
+use cairn_testkit::stream::history;
 
 const CLIENTS: usize = 4;
 
@@ -174,7 +176,7 @@ async fn acknowledged_writes_survive_sigkill() {
     let mut all = Acks::default();
     let mut max_acked = 0;
     for round in 0..rounds {
-        let server = Proc::start(dir.path(), &[]);
+        let server = Proc::start(&bin(), dir.path(), &[]);
         let channel = server.channel().await;
         // Whatever was acknowledged before the last kill is all still there.
         verify(channel.clone(), &all, max_acked).await;
@@ -200,7 +202,7 @@ async fn acknowledged_writes_survive_sigkill() {
             all.todos.extend(acks.todos);
         }
     }
-    let server = Proc::start(dir.path(), &[]);
+    let server = Proc::start(&bin(), dir.path(), &[]);
     verify(server.channel().await, &all, max_acked).await;
     eprintln!(
         "crash test: {rounds} kills, {} plan and {} todo writes acknowledged, last revision {max_acked}",

@@ -5,15 +5,17 @@
 use std::io::{Seek, SeekFrom, Write};
 use std::time::{Duration, Instant};
 
-use cairn::pb;
+use cairn_api as pb;
 use tonic::Code;
 use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 use tonic_types::StatusExt;
 
-use crate::common::{item, update};
-use crate::process::Proc;
+use cairn_testkit::Proc;
+use cairn_testkit::{item, update};
+
+use crate::bin;
 
 /// Writes `n` sessions with plans of about `step_bytes` per step.
 async fn fill(p: &Proc, n: usize, step_bytes: usize) -> Vec<String> {
@@ -65,14 +67,14 @@ fn damage(file: &std::path::Path, marker: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_corrupt_page_is_data_loss_and_never_takes_a_reader() {
     let dir = tempfile::tempdir().unwrap();
-    let p = Proc::start(dir.path(), &[]);
+    let p = Proc::start(&bin(), dir.path(), &[]);
     let ids = fill(&p, 200, 2000).await;
     p.stop().await;
     let file = dir.path().join("cairn.redb");
     damage(&file, "s0100 2 ");
 
     // Start-up checks every page: the damage is found and named.
-    let (status, log) = Proc::try_start(dir.path(), &[])
+    let (status, log) = Proc::try_start(&bin(), dir.path(), &[])
         .err()
         .expect("start-up on a corrupt file fails");
     assert!(!status.success());
@@ -84,7 +86,7 @@ async fn a_corrupt_page_is_data_loss_and_never_takes_a_reader() {
     // Without the check, the damage shows on the first read of it: each
     // such read is DATA_LOSS naming the file, every other read still works,
     // and health turns NOT_SERVING.
-    let p = Proc::start(dir.path(), &["--check-integrity=false"]);
+    let p = Proc::start(&bin(), dir.path(), &["--check-integrity=false"]);
     let mut plans = pb::plan_service_client::PlanServiceClient::new(p.channel().await);
     let mut first_pass = Vec::new();
     for _ in 0..2 {
@@ -126,7 +128,7 @@ async fn a_corrupt_page_is_data_loss_and_never_takes_a_reader() {
 async fn an_empty_database_file_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("cairn.redb"), b"").unwrap();
-    let (status, log) = Proc::try_start(dir.path(), &[])
+    let (status, log) = Proc::try_start(&bin(), dir.path(), &[])
         .err()
         .expect("an empty file is refused");
     assert!(!status.success());
@@ -180,7 +182,7 @@ async fn a_full_disk_is_resource_exhausted_and_heals_when_space_returns() {
     // Space the test frees later.
     let filler = fs.0.path().join("filler");
     std::fs::write(&filler, vec![0u8; 8 << 20]).unwrap();
-    let p = Proc::start(&data, &[]);
+    let p = Proc::start(&bin(), &data, &[]);
     let mut plans = pb::plan_service_client::PlanServiceClient::new(p.channel().await);
     let mut acked = Vec::new();
     let mut full = None;

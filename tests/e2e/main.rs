@@ -1,6 +1,7 @@
-//! End-to-end tests: the real server on `127.0.0.1:0`, a real redb file in a
-//! temp dir, and the generated gRPC clients. One test binary keeps link time
-//! down; each module covers one surface.
+//! End-to-end tests of the `cairn` binary: what only the real process
+//! shows (crashes, file damage, a full disk, memory, connections, the log,
+//! the CLI as a person runs it). In-process API tests live with the server
+//! (`crates/cairn-server/tests`).
 
 // Test code: a failed unwrap is a failed test, and a workflow test reads
 // best as one long story.
@@ -8,17 +9,14 @@
 
 mod bounds;
 mod cli;
-mod common;
 mod connections;
 mod crash;
 mod faults;
-mod inputs;
-mod plan_mode;
-mod plans;
-mod process;
-mod server;
-mod sessions;
-mod todos;
-mod watch;
-mod watch_checker;
+mod logs;
 mod web;
+
+/// The binary under test: this build's, or `CAIRN_BIN` (to measure another
+/// build, e.g. a release one, with the same tests).
+pub fn bin() -> String {
+    std::env::var("CAIRN_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_cairn").to_owned())
+}

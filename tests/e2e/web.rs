@@ -2,10 +2,12 @@
 //! DNS-rebinding requests get 403 and change nothing; the page carries its
 //! CSRF token, a CSP and no framing.
 
-use cairn::pb;
+use cairn_api as pb;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::process::Proc;
+use cairn_testkit::Proc;
+
+use crate::bin;
 
 /// One HTTP/1.1 request with `connection: close`; the status, the headers
 /// (lowercased names) and the body.
@@ -84,7 +86,7 @@ async fn mode(p: &Proc, session: &str) -> pb::PlanMode {
 #[tokio::test]
 async fn forged_requests_are_refused_and_change_nothing() {
     let dir = tempfile::tempdir().unwrap();
-    let p = Proc::start(dir.path(), &["--web-listen", "127.0.0.1:0"]);
+    let p = Proc::start(&bin(), dir.path(), &["--web-listen", "127.0.0.1:0"]);
     let web = p.web.clone().unwrap();
     awaiting_approval(&p, "orch").await;
 
@@ -187,7 +189,7 @@ async fn forged_requests_are_refused_and_change_nothing() {
 #[tokio::test]
 async fn ids_that_paths_normalise_away_are_refused() {
     let dir = tempfile::tempdir().unwrap();
-    let p = Proc::start(dir.path(), &[]);
+    let p = Proc::start(&bin(), dir.path(), &[]);
     let mut sessions = pb::session_service_client::SessionServiceClient::new(p.channel().await);
     for id in [".", ".."] {
         let e = sessions

@@ -40,7 +40,18 @@ def _free_port():
         return s.getsockname()[1]
 
 
-BINARY = os.environ.get("CAIRN_BIN", str(ROOT / "target" / "debug" / "cairn"))
+def _target_dir():
+    """Where cargo puts binaries: CARGO_TARGET_DIR or the workspace's own,
+    as cargo itself reports it."""
+    import json
+
+    meta = subprocess.check_output(
+        ["cargo", "metadata", "--no-deps", "--format-version", "1"], cwd=ROOT
+    )
+    return pathlib.Path(json.loads(meta)["target_directory"])
+
+
+BINARY = os.environ.get("CAIRN_BIN") or str(_target_dir() / "debug" / "cairn")
 
 
 @pytest.fixture(scope="session")

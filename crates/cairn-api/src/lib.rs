@@ -1,0 +1,13 @@
+//! `cairn-api`: the `cairn.v1` API as Rust, generated from `proto/` by the
+//! repository's `build.rs` (protox, no system `protoc`).
+//!
+//! Servers and clients both use it: messages, `*_client` and `*_server`
+//! modules, and the encoded descriptor set that reflection serves. It owns
+//! no behaviour; it must never import the other Cairn crates.
+
+#![allow(clippy::pedantic, clippy::all, missing_docs)]
+
+tonic::include_proto!("cairn.v1");
+
+/// Encoded descriptor set of `cairn.v1`, served by reflection.
+pub const FILE_DESCRIPTOR_SET: &[u8] = tonic::include_file_descriptor_set!("cairn_descriptor");

@@ -1,0 +1,159 @@
+//! The arguments of each client subcommand; every flag with a `CAIRN_*`
+//! env var where a person would set it once.
+
+use std::time::Duration;
+
+use cairn_core::duration::parse_duration;
+use clap::{Subcommand, ValueEnum};
+
+/// Output format of client commands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Output {
+    /// For people: boxes, trees and tables.
+    Text,
+    /// One JSON document, for scripts.
+    Json,
+}
+
+/// Flags every client command takes.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ClientArgs {
+    /// The Cairn server.
+    #[arg(
+        long,
+        env = "CAIRN_SERVER",
+        default_value = "http://127.0.0.1:50051",
+        global = true
+    )]
+    pub server: String,
+    /// Output format.
+    #[arg(long, env = "CAIRN_OUTPUT", value_enum, default_value_t = Output::Text, global = true)]
+    pub output: Output,
+}
+
+/// `cairn session …`
+#[derive(Debug, Clone, Subcommand)]
+pub enum SessionCmd {
+    /// Create a session (the server picks an id when none is given).
+    Create {
+        /// Session id.
+        id: Option<String>,
+        /// Parent session (an orchestrator's).
+        #[arg(long)]
+        parent: Option<String>,
+        /// Agent working in it.
+        #[arg(long)]
+        agent: Option<String>,
+        /// Title.
+        #[arg(long)]
+        title: Option<String>,
+    },
+    /// List sessions as a tree.
+    List,
+    /// Show one session with its plan.
+    Show {
+        /// Session id.
+        id: String,
+    },
+    /// Delete a session (`--cascade` for its subtree).
+    Delete {
+        /// Session id.
+        id: String,
+        /// Delete its descendants too.
+        #[arg(long)]
+        cascade: bool,
+    },
+}
+
+/// `cairn plan …`
+#[derive(Debug, Clone, Subcommand)]
+pub enum PlanCmd {
+    /// Show a session's checklist.
+    Show {
+        /// Session id.
+        session: String,
+    },
+    /// Replace the checklist from JSON `{"explanation": …, "plan": [{"step", "status"}]}`.
+    Update {
+        /// Session id.
+        session: String,
+        /// File with the JSON, or `-` for standard input.
+        #[arg(long, default_value = "-")]
+        file: String,
+    },
+    /// Show plan mode: mode, goal, pending plan, progress.
+    Status {
+        /// Session id.
+        session: String,
+    },
+    /// Approve the plan awaiting approval.
+    Approve {
+        /// Session id.
+        session: String,
+        /// Who approves.
+        #[arg(long, env = "USER", default_value = "cli")]
+        approver: String,
+    },
+    /// Reject the plan awaiting approval.
+    Reject {
+        /// Session id.
+        session: String,
+        /// Why.
+        #[arg(long, default_value = "")]
+        reason: String,
+    },
+    /// List past plans.
+    History {
+        /// Session id.
+        session: String,
+    },
+}
+
+/// `cairn todo …`
+#[derive(Debug, Clone, Subcommand)]
+pub enum TodoCmd {
+    /// Show an agent's todo list.
+    Show {
+        /// Agent id.
+        agent: String,
+    },
+    /// Replace an agent's list from JSON `[{"id", "content", "status", "priority"}]`.
+    Write {
+        /// Agent id.
+        agent: String,
+        /// File with the JSON, or `-` for standard input.
+        #[arg(long, default_value = "-")]
+        file: String,
+    },
+}
+
+/// `cairn watch` flags.
+#[derive(Debug, Clone, clap::Args)]
+pub struct WatchArgs {
+    /// A session tree, shown as a live board.
+    #[arg(long, group = "target")]
+    pub tree: Option<String>,
+    /// One session's events.
+    #[arg(long, group = "target")]
+    pub session: Option<String>,
+    /// One agent's todo events.
+    #[arg(long, group = "target")]
+    pub agent: Option<String>,
+    /// Every event.
+    #[arg(long, group = "target")]
+    pub all: bool,
+    /// Replay from this revision (events only, not the board).
+    #[arg(long)]
+    pub from_revision: Option<u64>,
+}
+
+/// `cairn wait` flags.
+#[derive(Debug, Clone, clap::Args)]
+pub struct WaitArgs {
+    /// Wait for every plan in this session tree to be completed.
+    #[arg(long)]
+    pub tree: String,
+    /// Give up after this long (e.g. `10m`).
+    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    pub timeout: Duration,
+}

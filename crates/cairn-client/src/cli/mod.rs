@@ -1,0 +1,20 @@
+//! `cairn` as a client: sessions, plans, todos, `watch` (with a live board
+//! for session trees) and `wait`, over gRPC. `--output json` everywhere for
+//! scripts; the task box of docs/rules.md (Rendering) for people.
+//!
+//! - [`args`]: the command-line arguments of each subcommand;
+//! - [`commands`]: the one-shot commands;
+//! - [`board`]: `cairn watch`, as event lines or a live tree board;
+//! - [`io`]: connecting, reading input, printing (escaped) output;
+//! - [`render`]: terminal rendering, pure.
+
+mod args;
+mod board;
+mod commands;
+mod io;
+pub mod render;
+
+pub use args::{ClientArgs, Output, PlanCmd, SessionCmd, TodoCmd, WaitArgs, WatchArgs};
+pub use board::watch;
+pub use commands::{plan, session, todo, wait};
+pub use io::CliResult;

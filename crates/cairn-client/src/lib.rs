@@ -1,0 +1,14 @@
+//! `cairn-client`: Cairn's clients for people and agents, over the
+//! generated `cairn.v1` client.
+//!
+//! - [`cli`]: the `cairn` subcommands (sessions, plans, todos, watch and
+//!   its live board, wait);
+//! - [`mcp`]: `cairn mcp`, the planning tools over MCP for one agent;
+//! - [`view`]: what both share: names of statuses and enums and their
+//!   parsing, the JSON shapes agents write and read, timestamps, progress.
+//!
+//! It speaks only the API: it must never import the store or the server.
+
+pub mod cli;
+pub mod mcp;
+pub mod view;

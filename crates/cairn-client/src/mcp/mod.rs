@@ -1,0 +1,40 @@
+//! `cairn mcp`: the planning tools over the Model Context Protocol (stdio).
+//!
+//! One process serves one agent: it talks gRPC to a running Cairn server on
+//! the agent's behalf, with the agent's session and agent ids fixed by flags,
+//! and exposes the tools by the names and shapes agents know (`update_plan`,
+//! `todo_read`, `todo_write`, `plan_enter` … `plan_modify`, `wait`,
+//! `check_action`; see docs/rules.md). Rule violations and server errors
+//! come back as tool errors carrying the server's exact message; nothing an
+//! agent sends can crash the process.
+//!
+//! - [`args`]: the tools' arguments (their JSON schemas);
+//! - [`tools`]: the tools;
+//! - [`deadline`]: a deadline on every call; [`stdio`]: the transport,
+//!   answering input that is not JSON.
+
+pub mod args;
+mod deadline;
+mod stdio;
+pub mod tools;
+
+use std::time::Duration;
+
+use rmcp::ServiceExt;
+use tonic::transport::Endpoint;
+
+pub use args::McpArgs;
+pub use tools::CairnTools;
+
+/// Serves MCP on stdin/stdout until the client closes it.
+pub async fn run(args: McpArgs) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    let channel = Endpoint::from_shared(args.server.clone())?
+        .connect_timeout(Duration::from_secs(5))
+        .connect_lazy();
+    let server = CairnTools::new(args, channel);
+    let (transport, pumps) = stdio::filtered(tokio::io::stdin(), tokio::io::stdout());
+    let running = server.serve(transport).await?;
+    running.waiting().await?;
+    pumps.finish().await;
+    Ok(())
+}

@@ -1,0 +1,571 @@
+//! The tools of one agent, each a thin call to the Cairn server.
+
+use cairn_api as pb;
+use rmcp::handler::server::router::tool::ToolRouter;
+use rmcp::handler::server::wrapper::Parameters;
+use rmcp::model::{CallToolResult, ContentBlock, Implementation, ServerCapabilities, ServerConfig};
+use rmcp::{ErrorData as McpError, ServerHandler, tool, tool_handler, tool_router};
+use serde_json::{Value, json};
+use std::time::Duration;
+use tokio::sync::OnceCell;
+use tonic::transport::Channel;
+
+use super::args::{
+    CheckActionArgs, McpArgs, NoArgs, PlanCompleteArgs, PlanEnterArgs, PlanExitArgs,
+    PlanModifyArgs, PlanRejectArgs, StepCompleteArgs, TodoWriteArgs, UpdatePlanArgs, WaitArgs,
+};
+use super::deadline::{CallTimeout, Deadline};
+use crate::view;
+
+/// The MCP server of one agent.
+#[derive(Clone)]
+pub struct CairnTools {
+    args: McpArgs,
+    session_id: String,
+    channel: Deadline,
+    /// The agent's session is created (under its parent) once, on first use.
+    ensured: std::sync::Arc<OnceCell<()>>,
+    tool_router: ToolRouter<Self>,
+}
+
+// The helpers return the tools' own result type so each tool ends in one call.
+#[allow(clippy::unnecessary_wraps)]
+fn ok_json(value: &Value) -> Result<CallToolResult, McpError> {
+    Ok(CallToolResult::success(vec![ContentBlock::text(
+        value.to_string(),
+    )]))
+}
+
+#[allow(clippy::unnecessary_wraps)]
+fn ok_text(text: impl Into<String>) -> Result<CallToolResult, McpError> {
+    Ok(CallToolResult::success(vec![ContentBlock::text(text)]))
+}
+
+/// Arguments the tool cannot use, as the tool's result.
+#[allow(clippy::unnecessary_wraps)]
+fn bad_arguments(message: String) -> Result<CallToolResult, McpError> {
+    Ok(CallToolResult::error(vec![ContentBlock::text(message)]))
+}
+
+/// A failed call as the tool's result: the model reads the server's exact
+/// message and can correct itself; the process carries on.
+#[allow(clippy::unnecessary_wraps)]
+fn tool_error(status: &tonic::Status) -> Result<CallToolResult, McpError> {
+    Ok(CallToolResult::error(vec![ContentBlock::text(
+        status.message().to_owned(),
+    )]))
+}
+
+fn plan_json(p: &pb::ImplementationPlan) -> Value {
+    json!({
+        "summary": p.summary,
+        "approach": p.approach,
+        "alternatives_considered": p.alternatives_considered,
+        "steps": p.steps.iter().map(|s| json!({
+            "id": s.id,
+            "description": s.description,
+            "files": s.files,
+            "depends_on": s.depends_on,
+            "verification": s.verification,
+        })).collect::<Vec<_>>(),
+        "risks": p.risks,
+        "files_to_create": p.files_to_create,
+        "files_to_modify": p.files_to_modify,
+        "tests_to_write": p.tests_to_write,
+        "estimated_complexity": view::complexity_name(p.estimated_complexity()),
+    })
+}
+
+/// `plan_status`'s shape: mode, goal, pending plan, active progress.
+fn status_json(s: &pb::PlanStatus) -> Value {
+    let mode = view::mode_name(s.mode());
+    let active = s.active.as_ref().map(|a| {
+        let current = a.plan.as_ref().and_then(|p| p.steps.iter().find(|st| st.id == a.current_step_id));
+        json!({
+            "plan_id": a.plan_id,
+            "approver": a.approver,
+            "progress": { "completed": a.completed_count, "total": a.total_count },
+            "completed_step_ids": a.completed_step_ids,
+            "current_step": current.map(|st| json!({ "id": st.id, "description": st.description, "verification": st.verification })),
+            "plan": a.plan.as_ref().map(plan_json),
+        })
+    });
+    json!({
+        "mode": mode,
+        "goal": s.goal,
+        "scope": s.scope,
+        "pending_plan": s.pending.as_ref().map(|p| json!({
+            "plan_id": p.plan_id,
+            "plan": p.plan.as_ref().map(plan_json),
+        })),
+        "active_plan": active,
+        "pending_modifications": s.pending_modifications.iter().map(|m| json!({
+            "modification_id": m.modification_id,
+            "step_id": m.step_id,
+            "reason": m.reason,
+            "new_description": m.new_description,
+        })).collect::<Vec<_>>(),
+    })
+}
+
+#[tool_router]
+impl CairnTools {
+    /// The server for one agent, over a (lazily connecting) channel.
+    pub fn new(args: McpArgs, channel: Channel) -> Self {
+        let args_timeout = args.call_timeout;
+        let session_id = args
+            .session_id
+            .clone()
+            .unwrap_or_else(|| args.agent_id.clone());
+        CairnTools {
+            args,
+            session_id,
+            channel: Deadline::new(channel, args_timeout),
+            ensured: std::sync::Arc::new(OnceCell::new()),
+            tool_router: Self::tool_router(),
+        }
+    }
+
+    fn plans(&self) -> pb::plan_service_client::PlanServiceClient<Deadline> {
+        pb::plan_service_client::PlanServiceClient::new(self.channel.clone())
+    }
+
+    fn todos(&self) -> pb::todo_service_client::TodoServiceClient<Deadline> {
+        pb::todo_service_client::TodoServiceClient::new(self.channel.clone())
+    }
+
+    /// Creates the agent's session under its parent the first time a tool
+    /// needs it; an existing session is fine.
+    async fn ensure_session(&self) -> Result<(), tonic::Status> {
+        self.ensured
+            .get_or_try_init(|| async {
+                let mut sessions =
+                    pb::session_service_client::SessionServiceClient::new(self.channel.clone());
+                let created = sessions
+                    .create_session(pb::CreateSessionRequest {
+                        session: Some(pb::Session {
+                            session_id: self.session_id.clone(),
+                            agent_id: self.args.agent_id.clone(),
+                            parent_session_id: self
+                                .args
+                                .parent_session_id
+                                .clone()
+                                .unwrap_or_default(),
+                            ..pb::Session::default()
+                        }),
+                    })
+                    .await;
+                match created {
+                    Ok(_) => Ok(()),
+                    Err(e) if e.code() == tonic::Code::AlreadyExists => Ok(()),
+                    Err(e) => Err(e),
+                }
+            })
+            .await
+            .copied()
+    }
+
+    #[tool(
+        name = "update_plan",
+        description = "Update the task plan: the whole ordered list of steps, each pending, in_progress or completed. At most one step can be in_progress at a time; statuses may skip ahead or go back. Use it for complex work (4+ distinct steps); for simpler tasks it answers with a hint to just do the work. Explain in `explanation` why the plan changes."
+    )]
+    async fn update_plan(
+        &self,
+        Parameters(args): Parameters<UpdatePlanArgs>,
+    ) -> Result<CallToolResult, McpError> {
+        if let Err(e) = self.ensure_session().await {
+            return tool_error(&e);
+        }
+        let req = match args.request(self.session_id.clone()) {
+            Ok(req) => req,
+            Err(e) => return bad_arguments(e),
+        };
+        match self.plans().update_plan(req).await {
+            Ok(r) => {
+                let r = r.into_inner();
+                if !r.stored {
+                    return ok_text(r.hint);
+                }
+                ok_json(&json!({
+                    "message": r.message,
+                    "explanation": r.explanation,
+                    "plan": r.plan.iter().map(|i| json!({ "step": i.step, "status": view::step_status_name(i.status()) })).collect::<Vec<_>>(),
+                }))
+            }
+            Err(e) => tool_error(&e),
+        }
+    }
+
+    #[tool(
+        name = "todo_read",
+        description = "Read your persistent todo list: every item with its id, content, status, priority and timestamps. The list belongs to you, not to a session, and survives restarts."
+    )]
+    async fn todo_read(
+        &self,
+        Parameters(_): Parameters<NoArgs>,
+    ) -> Result<CallToolResult, McpError> {
+        let req = pb::ReadTodosRequest {
+            agent_id: self.args.agent_id.clone(),
+        };
+        match self.todos().read_todos(req).await {
+            Ok(r) => ok_json(&view::todo_json(&r.into_inner().list.unwrap_or_default())),
+            Err(e) => tool_error(&e),
+        }
+    }
+
+    #[tool(
+        name = "todo_write",
+        description = "Replace your whole todo list (a full replace, not a patch). Only one item may be in_progress. Items you leave out are kept and marked completed; if every item you write is completed, the list starts clean. Use it only for genuinely complex work (3+ distinct steps) and mark items completed as soon as they are done."
+    )]
+    async fn todo_write(
+        &self,
+        Parameters(args): Parameters<TodoWriteArgs>,
+    ) -> Result<CallToolResult, McpError> {
+        let todos = match view::todo_items(args.todos) {
+            Ok(todos) => todos,
+            Err(e) => return bad_arguments(e),
+        };
+        let req = pb::WriteTodosRequest {
+            agent_id: self.args.agent_id.clone(),
+            todos,
+            expected_revision: None,
+        };
+        match self.todos().write_todos(req).await {
+            Ok(r) => ok_json(&view::todo_json(&r.into_inner().list.unwrap_or_default())),
+            Err(e) => tool_error(&e),
+        }
+    }
+
+    #[tool(
+        name = "plan_enter",
+        description = "Enter plan mode for complex work (building a feature, refactoring, multi-file changes): write tools (write_file, cron create/delete) are blocked until your plan is approved. Explore with read-only tools, then call plan_exit with the plan. Skip plan mode for simple tasks."
+    )]
+    async fn plan_enter(
+        &self,
+        Parameters(args): Parameters<PlanEnterArgs>,
+    ) -> Result<CallToolResult, McpError> {
+        if let Err(e) = self.ensure_session().await {
+            return tool_error(&e);
+        }
+        let req = pb::EnterPlanModeRequest {
+            session_id: self.session_id.clone(),
+            goal: args.goal,
+            scope: args.scope.unwrap_or_default(),
+            expected_revision: None,
+        };
+        self.status_reply(
+            self.plans()
+                .enter_plan_mode(req)
+                .await
+                .map(|r| r.into_inner().status),
+        )
+    }
+
+    #[tool(
+        name = "plan_exit",
+        description = "Leave plan mode and present the implementation plan (summary, approach, alternatives, steps with files, dependencies and verification, risks, files, tests, complexity) for the user's approval. It does not start execution: wait for approval."
+    )]
+    async fn plan_exit(
+        &self,
+        Parameters(args): Parameters<PlanExitArgs>,
+    ) -> Result<CallToolResult, McpError> {
+        if let Err(e) = self.ensure_session().await {
+            return tool_error(&e);
+        }
+        let p = args.plan;
+        let complexity = match view::parse_complexity(
+            "plan.estimated_complexity",
+            p.estimated_complexity.as_deref(),
+        ) {
+            Ok(c) => c,
+            Err(e) => return bad_arguments(e),
+        };
+        let plan = pb::ImplementationPlan {
+            summary: p.summary,
+            approach: p.approach,
+            alternatives_considered: p.alternatives_considered,
+            steps: p
+                .steps
+                .into_iter()
+                .map(|s| pb::ImplementationStep {
+                    id: s.id,
+                    description: s.description,
+                    files: s.files,
+                    depends_on: s.depends_on,
+                    verification: s.verification,
+                })
+                .collect(),
+            risks: p.risks,
+            files_to_create: p.files_to_create,
+            files_to_modify: p.files_to_modify,
+            tests_to_write: p.tests_to_write,
+            estimated_complexity: complexity.into(),
+        };
+        let req = pb::ExitPlanModeRequest {
+            session_id: self.session_id.clone(),
+            plan: Some(plan),
+            expected_revision: None,
+        };
+        self.status_reply(
+            self.plans()
+                .exit_plan_mode(req)
+                .await
+                .map(|r| r.into_inner().status),
+        )
+    }
+
+    #[tool(
+        name = "plan_status",
+        description = "Show plan mode: the mode, the goal, the plan awaiting approval, and the active plan's progress and current step."
+    )]
+    async fn plan_status(
+        &self,
+        Parameters(_): Parameters<NoArgs>,
+    ) -> Result<CallToolResult, McpError> {
+        if let Err(e) = self.ensure_session().await {
+            return tool_error(&e);
+        }
+        let req = pb::GetPlanStatusRequest {
+            session_id: self.session_id.clone(),
+        };
+        // The session exists (ensured above); one that never planned reads
+        // as normal mode.
+        self.status_reply(
+            self.plans()
+                .get_plan_status(req)
+                .await
+                .map(|r| r.into_inner().status),
+        )
+    }
+
+    #[tool(
+        name = "plan_approve",
+        description = "Approve the plan awaiting approval and start executing it. Call it when the user approves."
+    )]
+    async fn plan_approve(
+        &self,
+        Parameters(_): Parameters<NoArgs>,
+    ) -> Result<CallToolResult, McpError> {
+        if let Err(e) = self.ensure_session().await {
+            return tool_error(&e);
+        }
+        let req = pb::ApprovePlanRequest {
+            session_id: self.session_id.clone(),
+            approver: "user".into(),
+            expected_revision: None,
+        };
+        self.status_reply(
+            self.plans()
+                .approve_plan(req)
+                .await
+                .map(|r| r.into_inner().status),
+        )
+    }
+
+    #[tool(
+        name = "plan_reject",
+        description = "Reject the plan awaiting approval and return to normal mode."
+    )]
+    async fn plan_reject(
+        &self,
+        Parameters(args): Parameters<PlanRejectArgs>,
+    ) -> Result<CallToolResult, McpError> {
+        if let Err(e) = self.ensure_session().await {
+            return tool_error(&e);
+        }
+        let req = pb::RejectPlanRequest {
+            session_id: self.session_id.clone(),
+            reason: args.reason.unwrap_or_default(),
+            expected_revision: None,
+        };
+        self.status_reply(
+            self.plans()
+                .reject_plan(req)
+                .await
+                .map(|r| r.into_inner().status),
+        )
+    }
+
+    #[tool(
+        name = "plan_step_complete",
+        description = "Mark a step of the approved plan completed, with the output of its verification. A step can only be completed after the steps it depends on."
+    )]
+    async fn plan_step_complete(
+        &self,
+        Parameters(args): Parameters<StepCompleteArgs>,
+    ) -> Result<CallToolResult, McpError> {
+        if let Err(e) = self.ensure_session().await {
+            return tool_error(&e);
+        }
+        let req = pb::CompleteStepRequest {
+            session_id: self.session_id.clone(),
+            step_id: args.step_id,
+            verification_result: args.verification_result,
+            expected_revision: None,
+        };
+        self.status_reply(
+            self.plans()
+                .complete_step(req)
+                .await
+                .map(|r| r.into_inner().status),
+        )
+    }
+
+    #[tool(
+        name = "plan_complete",
+        description = "Mark the whole plan completed with a summary. If steps were left undone, list the deviations from the plan."
+    )]
+    async fn plan_complete(
+        &self,
+        Parameters(args): Parameters<PlanCompleteArgs>,
+    ) -> Result<CallToolResult, McpError> {
+        if let Err(e) = self.ensure_session().await {
+            return tool_error(&e);
+        }
+        let req = pb::CompletePlanRequest {
+            session_id: self.session_id.clone(),
+            summary: args.summary,
+            deviations: args.deviations,
+            expected_revision: None,
+        };
+        self.status_reply(
+            self.plans()
+                .complete_plan(req)
+                .await
+                .map(|r| r.into_inner().status),
+        )
+    }
+
+    #[tool(
+        name = "plan_modify",
+        description = "Request a change to a step of the approved plan (new description, files or verification) with the reason. Nothing changes until the user approves the modification."
+    )]
+    async fn plan_modify(
+        &self,
+        Parameters(args): Parameters<PlanModifyArgs>,
+    ) -> Result<CallToolResult, McpError> {
+        if let Err(e) = self.ensure_session().await {
+            return tool_error(&e);
+        }
+        let req = pb::ModifyPlanRequest {
+            session_id: self.session_id.clone(),
+            step_id: args.step_id,
+            reason: args.reason,
+            new_description: args.new_description,
+            new_files: args.new_files,
+            new_verification: args.new_verification,
+            expected_revision: None,
+        };
+        self.status_reply(
+            self.plans()
+                .modify_plan(req)
+                .await
+                .map(|r| r.into_inner().status),
+        )
+    }
+
+    #[tool(
+        name = "wait",
+        description = "Wait until your sub-agents have completed their plans (every session under yours, or the given session ids), or until the timeout. Returns whether they finished and each plan's progress."
+    )]
+    async fn wait(
+        &self,
+        Parameters(args): Parameters<WaitArgs>,
+    ) -> Result<CallToolResult, McpError> {
+        if let Err(e) = self.ensure_session().await {
+            return tool_error(&e);
+        }
+        let target = match args.session_ids {
+            Some(ids) if !ids.is_empty() => {
+                pb::wait_request::Target::SessionIds(pb::SessionIds { session_ids: ids })
+            }
+            _ => pb::wait_request::Target::SessionTree(self.session_id.clone()),
+        };
+        let seconds = args.timeout_seconds.unwrap_or(300).min(24 * 3600);
+        let req = pb::WaitRequest {
+            target: Some(target),
+            condition: pb::WaitCondition::AllPlansCompleted.into(),
+            timeout: Some(prost_types::Duration {
+                seconds: i64::try_from(seconds).unwrap_or(300),
+                nanos: 0,
+            }),
+        };
+        let mut client = pb::watch_service_client::WatchServiceClient::new(self.channel.clone());
+        let mut req = tonic::Request::new(req);
+        req.extensions_mut().insert(CallTimeout(
+            Duration::from_secs(seconds) + self.args.call_timeout,
+        ));
+        match client.wait(req).await {
+            Ok(r) => {
+                let r = r.into_inner();
+                ok_json(&json!({
+                    "satisfied": r.satisfied,
+                    "sessions": r.plans.iter().map(|p| {
+                        let at = view::progress(&p.items);
+                        json!({
+                            "session_id": p.session_id,
+                            "completed": at.done,
+                            "total": at.total,
+                            "current_step": at.current,
+                        })
+                    }).collect::<Vec<_>>(),
+                }))
+            }
+            Err(e) => tool_error(&e),
+        }
+    }
+
+    #[tool(
+        name = "check_action",
+        description = "Ask whether a tool may run now. While planning or awaiting approval, write tools are blocked; the answer says why."
+    )]
+    async fn check_action(
+        &self,
+        Parameters(args): Parameters<CheckActionArgs>,
+    ) -> Result<CallToolResult, McpError> {
+        if let Err(e) = self.ensure_session().await {
+            return tool_error(&e);
+        }
+        let req = pb::CheckActionRequest {
+            session_id: self.session_id.clone(),
+            tool: args.tool,
+            action: args.action.unwrap_or_default(),
+        };
+        match self.plans().check_action(req).await {
+            Ok(r) => {
+                let r = r.into_inner();
+                ok_json(&json!({ "allowed": r.allowed, "reason": r.reason }))
+            }
+            Err(e) => tool_error(&e),
+        }
+    }
+}
+
+impl CairnTools {
+    fn status_reply(
+        &self,
+        result: Result<Option<pb::PlanStatus>, tonic::Status>,
+    ) -> Result<CallToolResult, McpError> {
+        match result {
+            Ok(status) => ok_json(&status_json(&status.unwrap_or_else(|| pb::PlanStatus {
+                session_id: self.session_id.clone(),
+                ..pb::PlanStatus::default()
+            }))),
+            Err(e) => tool_error(&e),
+        }
+    }
+}
+
+#[tool_handler(router = self.tool_router)]
+impl ServerHandler for CairnTools {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new("cairn", env!("CARGO_PKG_VERSION")))
+            .with_instructions(
+                "Cairn keeps your plan and todo list durable and visible to your orchestrator. \
+                 For complex work, keep a plan with update_plan (one step in_progress at a time), \
+                 or use plan mode (plan_enter, plan_exit, then wait for approval) before writing. \
+                 Track multi-step work with todo_write.",
+            )
+    }
+}

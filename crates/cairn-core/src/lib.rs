@@ -1,0 +1,36 @@
+//! `cairn-core`: the rules of Cairn and its one error type, as pure
+//! functions over plain structs.
+//!
+//! This crate owns what `docs/rules.md` specifies, each rule in exactly one
+//! function:
+//!
+//! - [`session`]: session ids, labels and tree moves;
+//! - [`plan`]: the `update_plan` checklist (one step in progress, the
+//!   simple-task hint, stable item ids);
+//! - [`plan_mode`]: the plan-mode state machine, step dependencies,
+//!   modifications, and which tools are blocked while planning;
+//! - [`todo`]: the per-agent todo merge;
+//! - [`error`]: every way a request can fail, with the exact texts.
+//!
+//! It must never import tonic, tokio, redb or prost (its manifest has none
+//! of them, so a rule that reaches for one does not compile): the store
+//! loads and saves these types, the server converts requests into them.
+//!
+//! The types derive serde so the store can persist them; every struct uses
+//! `#[serde(default)]` so records written by an older Cairn still load after
+//! a field is added.
+
+pub mod duration;
+pub mod error;
+pub mod limits;
+pub mod plan;
+pub mod plan_mode;
+pub mod revision;
+pub mod session;
+pub mod time;
+pub mod todo;
+
+pub use limits::Limits;
+pub use plan_mode::SessionPlan;
+pub use revision::check_expected_revision;
+pub use time::{Micros, rfc3339};

@@ -1,0 +1,520 @@
+//! Proto <-> domain conversions. Proto types stop here.
+//!
+//! Inbound conversions destructure every field of the proto message, so a
+//! field added to the API does not compile until it is handled (or
+//! explicitly ignored, like server-owned timestamps).
+
+use std::collections::BTreeMap;
+
+use prost_types::Timestamp;
+
+use cairn_api as pb;
+use cairn_core::Micros;
+use cairn_core::error::{Error, Result};
+use cairn_core::plan::{ItemInput, PlanItem, PlanUpdate, StepStatus};
+use cairn_core::plan_mode::{
+    ActivePlan, Complexity, HistoryEntry, ImplementationPlan, Mode, Modification, Outcome,
+    PendingPlan, Step, StepCompletion,
+};
+use cairn_core::session::Session;
+use cairn_core::todo::{Priority, TodoInput, TodoItem, TodoStatus};
+use cairn_store::records::{EventKind, EventObject, PlanRecord, TodoRecord};
+
+/// Server micros to a proto timestamp; 0 means "never" and maps to unset.
+pub fn timestamp(micros: Micros) -> Option<Timestamp> {
+    (micros != 0).then(|| Timestamp {
+        seconds: micros.div_euclid(1_000_000),
+        nanos: i32::try_from(micros.rem_euclid(1_000_000) * 1000).unwrap_or(0),
+    })
+}
+
+/// A proto timestamp back to server micros; unset maps to 0 ("never").
+pub fn micros(t: Option<&Timestamp>) -> Micros {
+    t.map_or(0, |t| {
+        t.seconds
+            .saturating_mul(1_000_000)
+            .saturating_add(i64::from(t.nanos / 1000))
+    })
+}
+
+// ---- sessions ----
+
+/// A session as a client sends it; server-owned fields are ignored.
+pub fn session_in(s: pb::Session) -> Session {
+    {
+        let pb::Session {
+            session_id,
+            agent_id,
+            parent_session_id,
+            title,
+            labels,
+            // Server-owned.
+            create_time: _,
+            update_time: _,
+            revision: _,
+        } = s;
+        Session {
+            session_id,
+            agent_id,
+            parent_session_id: (!parent_session_id.is_empty()).then_some(parent_session_id),
+            title,
+            labels: labels.into_iter().collect::<BTreeMap<_, _>>(),
+            ..Session::default()
+        }
+    }
+}
+
+/// A session for the API.
+pub fn session_out(s: Session) -> pb::Session {
+    {
+        pb::Session {
+            session_id: s.session_id,
+            agent_id: s.agent_id,
+            parent_session_id: s.parent_session_id.unwrap_or_default(),
+            title: s.title,
+            labels: s.labels.into_iter().collect(),
+            create_time: timestamp(s.create_time),
+            update_time: timestamp(s.update_time),
+            revision: s.revision,
+        }
+    }
+}
+
+// ---- checklist ----
+
+fn step_status_in(v: i32) -> Option<StepStatus> {
+    match pb::StepStatus::try_from(v).ok()? {
+        pb::StepStatus::Unspecified => None,
+        pb::StepStatus::Pending => Some(StepStatus::Pending),
+        pb::StepStatus::InProgress => Some(StepStatus::InProgress),
+        pb::StepStatus::Completed => Some(StepStatus::Completed),
+    }
+}
+
+fn step_status_out(s: StepStatus) -> pb::StepStatus {
+    match s {
+        StepStatus::Pending => pb::StepStatus::Pending,
+        StepStatus::InProgress => pb::StepStatus::InProgress,
+        StepStatus::Completed => pb::StepStatus::Completed,
+    }
+}
+
+/// An `UpdatePlan` request's checklist.
+pub fn plan_update(explanation: String, items: Vec<pb::PlanItem>) -> PlanUpdate {
+    PlanUpdate {
+        explanation,
+        items: items
+            .into_iter()
+            .map(|pb::PlanItem { id, step, status }| ItemInput {
+                id,
+                step,
+                status: step_status_in(status),
+            })
+            .collect(),
+    }
+}
+
+/// A checklist item for the API.
+pub fn plan_item(i: PlanItem) -> pb::PlanItem {
+    {
+        pb::PlanItem {
+            id: i.id,
+            step: i.step,
+            status: step_status_out(i.status).into(),
+        }
+    }
+}
+
+/// An unstored (hinted) checklist echoed back: ids 0.
+pub fn unstored_items(update: &PlanUpdate) -> Vec<pb::PlanItem> {
+    update
+        .items
+        .iter()
+        .map(|i| pb::PlanItem {
+            id: 0,
+            step: i.step.clone(),
+            status: i
+                .status
+                .map_or(pb::StepStatus::Unspecified, step_status_out)
+                .into(),
+        })
+        .collect()
+}
+
+/// A stored plan with its plan-mode status.
+pub fn plan(r: PlanRecord) -> pb::Plan {
+    let status = plan_status(&r);
+    pb::Plan {
+        session_id: r.session_id,
+        explanation: r.plan.checklist.explanation,
+        items: r.plan.checklist.items.into_iter().map(plan_item).collect(),
+        status: Some(status),
+        revision: r.revision,
+        update_time: timestamp(r.update_time),
+    }
+}
+
+// ---- plan mode ----
+
+/// The API's mode enum for a domain mode.
+pub fn mode(m: Mode) -> pb::PlanMode {
+    match m {
+        Mode::Normal => pb::PlanMode::Normal,
+        Mode::Planning => pb::PlanMode::Planning,
+        Mode::AwaitingApproval => pb::PlanMode::AwaitingApproval,
+    }
+}
+
+/// Plan-mode status of a stored plan.
+pub fn plan_status(r: &PlanRecord) -> pb::PlanStatus {
+    let m = &r.plan.mode;
+    pb::PlanStatus {
+        session_id: r.session_id.clone(),
+        mode: mode(m.mode).into(),
+        goal: m.goal.clone(),
+        scope: m.scope.clone(),
+        pending: m.pending.clone().map(pending_plan),
+        active: m.active.as_ref().map(active_plan),
+        pending_modifications: m.modifications.iter().cloned().map(modification).collect(),
+        revision: r.revision,
+    }
+}
+
+/// An implementation plan as a client sends it; an unknown complexity is
+/// refused.
+pub fn implementation_plan_in(p: pb::ImplementationPlan) -> Result<ImplementationPlan> {
+    {
+        let pb::ImplementationPlan {
+            summary,
+            approach,
+            alternatives_considered,
+            steps,
+            risks,
+            files_to_create,
+            files_to_modify,
+            tests_to_write,
+            estimated_complexity,
+        } = p;
+        Ok(ImplementationPlan {
+            summary,
+            approach,
+            alternatives_considered,
+            steps: steps
+                .into_iter()
+                .map(
+                    |pb::ImplementationStep {
+                         id,
+                         description,
+                         files,
+                         depends_on,
+                         verification,
+                     }| Step {
+                        id,
+                        description,
+                        files,
+                        depends_on,
+                        verification,
+                    },
+                )
+                .collect(),
+            risks,
+            files_to_create,
+            files_to_modify,
+            tests_to_write,
+            estimated_complexity: match pb::Complexity::try_from(estimated_complexity) {
+                Ok(pb::Complexity::Small) => Complexity::Small,
+                Ok(pb::Complexity::Medium) => Complexity::Medium,
+                Ok(pb::Complexity::Large) => Complexity::Large,
+                Ok(pb::Complexity::Unspecified) => Complexity::Unspecified,
+                Err(_) => {
+                    return Err(unknown_enum(
+                        "plan.estimated_complexity",
+                        estimated_complexity,
+                        "COMPLEXITY_SMALL, COMPLEXITY_MEDIUM or COMPLEXITY_LARGE",
+                    ));
+                }
+            },
+        })
+    }
+}
+
+/// An enum value this API does not define: refused, never coerced.
+fn unknown_enum(field: &str, value: i32, known: &str) -> Error {
+    Error::invalid(field, format!("unknown value {value}: use {known}"))
+}
+
+/// An implementation plan for the API.
+pub fn implementation_plan_out(p: ImplementationPlan) -> pb::ImplementationPlan {
+    {
+        pb::ImplementationPlan {
+            summary: p.summary,
+            approach: p.approach,
+            alternatives_considered: p.alternatives_considered,
+            steps: p
+                .steps
+                .into_iter()
+                .map(|s| pb::ImplementationStep {
+                    id: s.id,
+                    description: s.description,
+                    files: s.files,
+                    depends_on: s.depends_on,
+                    verification: s.verification,
+                })
+                .collect(),
+            risks: p.risks,
+            files_to_create: p.files_to_create,
+            files_to_modify: p.files_to_modify,
+            tests_to_write: p.tests_to_write,
+            estimated_complexity: match p.estimated_complexity {
+                Complexity::Unspecified => pb::Complexity::Unspecified,
+                Complexity::Small => pb::Complexity::Small,
+                Complexity::Medium => pb::Complexity::Medium,
+                Complexity::Large => pb::Complexity::Large,
+            }
+            .into(),
+        }
+    }
+}
+
+fn pending_plan(p: PendingPlan) -> pb::PendingPlan {
+    pb::PendingPlan {
+        plan_id: p.plan_id,
+        plan: Some(implementation_plan_out(p.plan)),
+        submit_time: timestamp(p.submit_time),
+    }
+}
+
+fn completion(c: StepCompletion) -> pb::StepCompletion {
+    pb::StepCompletion {
+        step_id: c.step_id,
+        verification_result: c.verification_result,
+        complete_time: timestamp(c.complete_time),
+    }
+}
+
+fn count(n: usize) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+fn active_plan(a: &ActivePlan) -> pb::ActivePlan {
+    let done = a.completed_ids();
+    pb::ActivePlan {
+        plan_id: a.plan_id.clone(),
+        plan: Some(implementation_plan_out(a.plan.clone())),
+        approver: a.approver.clone(),
+        approve_time: timestamp(a.approve_time),
+        completed_step_ids: done.iter().copied().collect(),
+        completions: a.completions.iter().cloned().map(completion).collect(),
+        current_step_id: a.current_step().unwrap_or(0),
+        completed_count: count(done.len()),
+        total_count: count(a.plan.steps.len()),
+    }
+}
+
+/// A modification for the API.
+pub fn modification(m: Modification) -> pb::PlanModification {
+    pb::PlanModification {
+        modification_id: m.id,
+        step_id: m.step_id,
+        reason: m.reason,
+        new_description: m.new_description,
+        new_files: m.new_files,
+        new_verification: m.new_verification,
+        create_time: timestamp(m.create_time),
+    }
+}
+
+/// A history entry for the API.
+pub fn history_entry(e: HistoryEntry) -> pb::PlanHistoryEntry {
+    pb::PlanHistoryEntry {
+        plan_id: e.plan_id,
+        goal: e.goal,
+        plan: Some(implementation_plan_out(e.plan)),
+        outcome: match e.outcome {
+            Outcome::Rejected => pb::PlanOutcome::Rejected,
+            Outcome::Completed => pb::PlanOutcome::Completed,
+            Outcome::Superseded => pb::PlanOutcome::Superseded,
+        }
+        .into(),
+        reason: e.reason,
+        summary: e.summary,
+        deviations: e.deviations,
+        approver: e.approver,
+        completions: e.completions.into_iter().map(completion).collect(),
+        applied_modifications: e
+            .applied_modifications
+            .into_iter()
+            .map(modification)
+            .collect(),
+        submit_time: timestamp(e.submit_time),
+        end_time: timestamp(e.end_time),
+    }
+}
+
+// ---- todos ----
+
+/// `WriteTodos` items. Unknown statuses become `None` (the rules reject
+/// them with their own text); an unset priority means the default, and an
+/// unknown one is refused here.
+pub fn todo_inputs(items: Vec<pb::TodoItem>) -> Result<Vec<TodoInput>> {
+    items
+        .into_iter()
+        .enumerate()
+        .map(|(i, t)| todo_input(i, t))
+        .collect()
+}
+
+fn todo_input(i: usize, t: pb::TodoItem) -> Result<TodoInput> {
+    let pb::TodoItem {
+        id,
+        content,
+        status,
+        priority,
+        // Server-owned.
+        create_time: _,
+        update_time: _,
+    } = t;
+    Ok(TodoInput {
+        id,
+        content,
+        status: match pb::TodoStatus::try_from(status) {
+            Ok(pb::TodoStatus::Pending) => Some(TodoStatus::Pending),
+            Ok(pb::TodoStatus::InProgress) => Some(TodoStatus::InProgress),
+            Ok(pb::TodoStatus::Completed) => Some(TodoStatus::Completed),
+            Ok(pb::TodoStatus::Unspecified) | Err(_) => None,
+        },
+        priority: match pb::Priority::try_from(priority) {
+            Ok(pb::Priority::High) => Some(Priority::High),
+            Ok(pb::Priority::Medium) => Some(Priority::Medium),
+            Ok(pb::Priority::Low) => Some(Priority::Low),
+            Ok(pb::Priority::Unspecified) => None,
+            Err(_) => {
+                return Err(unknown_enum(
+                    &format!("todos[{i}].priority"),
+                    priority,
+                    "PRIORITY_HIGH, PRIORITY_MEDIUM or PRIORITY_LOW",
+                ));
+            }
+        },
+    })
+}
+
+fn todo_item(t: TodoItem) -> pb::TodoItem {
+    pb::TodoItem {
+        id: t.id,
+        content: t.content,
+        status: match t.status {
+            TodoStatus::Pending => pb::TodoStatus::Pending,
+            TodoStatus::InProgress => pb::TodoStatus::InProgress,
+            TodoStatus::Completed => pb::TodoStatus::Completed,
+        }
+        .into(),
+        priority: match t.priority {
+            Priority::High => pb::Priority::High,
+            Priority::Medium => pb::Priority::Medium,
+            Priority::Low => pb::Priority::Low,
+        }
+        .into(),
+        create_time: timestamp(t.create_time),
+        update_time: timestamp(t.update_time),
+    }
+}
+
+/// A stored todo list for the API.
+pub fn todo_list(r: TodoRecord) -> pb::TodoList {
+    pb::TodoList {
+        agent_id: r.agent_id,
+        todos: r.items.into_iter().map(todo_item).collect(),
+        revision: r.revision,
+        update_time: timestamp(r.update_time),
+    }
+}
+
+// ---- events ----
+
+/// A delivered event for the API.
+pub fn event(d: crate::watch::Delivered) -> pb::Event {
+    let crate::watch::Delivered {
+        revision,
+        event: e,
+        index,
+        count,
+    } = d;
+    pb::Event {
+        revision,
+        index_in_revision: index,
+        events_in_revision: count,
+        r#type: match e.kind {
+            EventKind::SessionCreated => pb::EventType::SessionCreated,
+            EventKind::SessionUpdated => pb::EventType::SessionUpdated,
+            EventKind::SessionDeleted => pb::EventType::SessionDeleted,
+            EventKind::PlanUpdated => pb::EventType::PlanUpdated,
+            EventKind::TodosUpdated => pb::EventType::TodosUpdated,
+            EventKind::TodosCleared => pb::EventType::TodosCleared,
+        }
+        .into(),
+        object: Some(match e.object {
+            EventObject::Session(s) => pb::event::Object::Session(session_out(s)),
+            EventObject::Plan(p) => pb::event::Object::Plan(plan(*p)),
+            EventObject::Todos(t) => pb::event::Object::Todos(todo_list(t)),
+        }),
+        session_id: e.session_id,
+        parent_session_id: e.parent_session_id,
+        agent_id: e.agent_id,
+        ancestor_session_ids: e.ancestors,
+        previous_parent_session_id: e.previous_parent_session_id,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timestamps() {
+        assert_eq!(timestamp(0), None);
+        assert_eq!(
+            timestamp(1_500_001),
+            Some(Timestamp {
+                seconds: 1,
+                nanos: 500_001_000
+            })
+        );
+    }
+
+    #[test]
+    fn unknown_enum_values_are_not_silently_defaulted() {
+        let item = |priority| pb::TodoItem {
+            id: "a".into(),
+            content: "c".into(),
+            status: 42,
+            priority,
+            create_time: None,
+            update_time: None,
+        };
+        let t = todo_input(0, item(0)).unwrap();
+        assert_eq!(t.status, None);
+        assert_eq!(t.priority, None);
+        assert_eq!(
+            todo_inputs(vec![item(1), item(99)]).unwrap_err(),
+            Error::invalid(
+                "todos[1].priority",
+                "unknown value 99: use PRIORITY_HIGH, PRIORITY_MEDIUM or PRIORITY_LOW"
+            )
+        );
+        let plan = pb::ImplementationPlan {
+            estimated_complexity: 99,
+            ..Default::default()
+        };
+        assert!(implementation_plan_in(plan).is_err());
+        let u = plan_update(
+            String::new(),
+            vec![pb::PlanItem {
+                id: 0,
+                step: "s".into(),
+                status: 0,
+            }],
+        );
+        assert_eq!(u.items[0].status, None);
+    }
+}

@@ -1,0 +1,27 @@
+//! `cairn-server`: Cairn as a network service. The `cairn.v1` gRPC
+//! services, watch streams and `Wait`, the web dashboard, and the serving
+//! of connections.
+//!
+//! - [`services`]: the tonic services; thin handlers over service
+//!   functions that the dashboard calls too;
+//! - [`convert`]: proto <-> core types (proto types stop here), and
+//!   [`status`]: errors to gRPC statuses, once;
+//! - [`watch`]: the watch stream (snapshot, replay, live, heartbeats) and
+//!   `Wait`, over the store's hub and log;
+//! - [`web`]: the dashboard (`--web-listen`);
+//! - [`conn`]: the accept loop and its bounds; [`serve`]: putting it all on
+//!   a listener, health included.
+//!
+//! It owns its configuration types ([`ServerConfig`]); it must never import
+//! a client crate or anything of the command line.
+
+pub mod conn;
+pub mod convert;
+pub mod serve;
+pub mod services;
+pub mod status;
+pub mod watch;
+pub mod web;
+
+pub use serve::{DEFAULT_MAX_REQUEST_BYTES, ServeError, ServerConfig, serve, serve_store};
+pub use services::{DEFAULT_BLOCKED_TOOLS, Policy, State};

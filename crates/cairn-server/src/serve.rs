@@ -1,0 +1,349 @@
+//! Serving: binds the services, health and reflection to a listener.
+//!
+//! [`serve`] takes an already bound listener and a shutdown future, so tests
+//! run the real server in-process on `127.0.0.1:0` with no sleeps, and
+//! `main` only parses config and calls it. Connections are served by
+//! [`super::conn`], which bounds what each client may hold.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use http::{Request, Response};
+use tokio::net::TcpListener;
+use tonic::Status;
+use tonic::service::Routes;
+use tonic_types::{ErrorDetails, StatusExt};
+
+use cairn_api as pb;
+use cairn_store::compactor::{self, Retention};
+use cairn_store::{Condition, Store, StoreOptions};
+
+use crate::conn::{self, ConnLimits};
+use crate::services::plan::PlanApi;
+use crate::services::session::SessionApi;
+use crate::services::todo::TodoApi;
+use crate::services::watch::WatchApi;
+use crate::services::{Policy, State};
+use crate::status::ERROR_DOMAIN;
+
+/// Default largest request a client may send, as gRPC's own default.
+pub const DEFAULT_MAX_REQUEST_BYTES: usize = 4 * 1024 * 1024;
+
+/// Everything `cairn serve` needs besides the listener.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// Where and how the store lives.
+    pub store: StoreOptions,
+    /// The operator's rules.
+    pub policy: Policy,
+    /// Heartbeat of idle watch streams that ask for no interval.
+    pub progress_interval: Duration,
+    /// How much of the event log watchers can replay.
+    pub retention: Retention,
+    /// Address of the web dashboard; off when unset.
+    pub web_listen: Option<std::net::SocketAddr>,
+    /// Origins (`https://cairn.example.com`) the dashboard accepts besides
+    /// its own listen address.
+    pub web_origins: Vec<String>,
+    /// Bounds on the connections of both listeners.
+    pub conn: ConnLimits,
+    /// Largest request message accepted, in bytes.
+    pub max_request_bytes: usize,
+}
+
+impl ServerConfig {
+    /// Defaults around a data directory.
+    pub fn new(data_dir: impl Into<std::path::PathBuf>) -> Self {
+        ServerConfig {
+            store: StoreOptions::new(data_dir),
+            policy: Policy::default(),
+            progress_interval: Duration::from_secs(10),
+            retention: Retention::default(),
+            web_listen: None,
+            web_origins: Vec::new(),
+            conn: ConnLimits::default(),
+            max_request_bytes: DEFAULT_MAX_REQUEST_BYTES,
+        }
+    }
+}
+
+/// Errors that stop the server.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// The store could not be opened.
+    #[error("opening the store: {0}")]
+    Store(#[from] cairn_core::error::Error),
+    /// Reflection could not be built from the descriptor set.
+    #[error("reflection: {0}")]
+    Reflection(#[from] tonic_reflection::server::Error),
+    /// The web dashboard could not listen or failed.
+    #[error("web dashboard: {0}")]
+    Web(#[from] std::io::Error),
+}
+
+/// The names health reports per service.
+const SERVICES: &[&str] = &[
+    "",
+    "cairn.v1.SessionService",
+    "cairn.v1.PlanService",
+    "cairn.v1.TodoService",
+    "cairn.v1.WatchService",
+];
+
+/// Serves on `listener` until `shutdown` completes, then lets in-flight
+/// requests finish (within the drain deadline) and closes the store (every
+/// queued write is committed and answered first).
+pub async fn serve(
+    listener: TcpListener,
+    config: ServerConfig,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<(), ServeError> {
+    let opts = config.store.clone();
+    let store = tokio::task::spawn_blocking(move || Store::open(&opts))
+        .await
+        .map_err(|e| cairn_core::error::Error::Internal(format!("open task: {e}")))??;
+    let listen = listener
+        .local_addr()
+        .map_or_else(|e| format!("unknown ({e})"), |a| a.to_string());
+    tracing::info!(
+        listen = %listen,
+        data = %store.describe(),
+        revision = store.revision(),
+        "cairn serving"
+    );
+    let web = match config.web_listen {
+        Some(addr) => {
+            let web = TcpListener::bind(addr).await?;
+            tracing::info!(web_listen = %web.local_addr()?, "web dashboard serving");
+            Some(web)
+        }
+        None => None,
+    };
+    let compaction = tokio::spawn(compactor::run(store.clone(), config.retention));
+    let result = serve_store(listener, web, store.clone(), &config, shutdown).await;
+    compaction.abort();
+    store.close().await;
+    tracing::info!("cairn stopped");
+    result
+}
+
+/// Serves an already opened store (the caller closes it).
+pub async fn serve_store(
+    listener: TcpListener,
+    web: Option<TcpListener>,
+    store: Store,
+    config: &ServerConfig,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<(), ServeError> {
+    let hub = Arc::clone(store.hub());
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let state = State {
+        store: store.clone(),
+        policy: Arc::new(config.policy.clone()),
+        progress_interval: config.progress_interval,
+    };
+
+    let (health, health_service) = tonic_health::server::health_reporter();
+    // Health follows the store: NOT_SERVING while it cannot write (a full
+    // disk) or its file is corrupt, so orchestrators route around it.
+    let mut condition = store.condition();
+    let health_task = tokio::spawn(async move {
+        loop {
+            let status = match *condition.borrow_and_update() {
+                Condition::Serving => tonic_health::ServingStatus::Serving,
+                Condition::Recovering | Condition::Corrupt => {
+                    tonic_health::ServingStatus::NotServing
+                }
+            };
+            for name in SERVICES {
+                health.set_service_status(*name, status).await;
+            }
+            if condition.changed().await.is_err() {
+                return;
+            }
+        }
+    });
+
+    let reflection_v1 = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .build_v1()?;
+    let reflection_v1alpha = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .build_v1alpha()?;
+
+    let max = config.max_request_bytes;
+    let routes = Routes::new(health_service)
+        .add_service(reflection_v1)
+        .add_service(reflection_v1alpha)
+        .add_service(
+            pb::session_service_server::SessionServiceServer::new(SessionApi::new(state.clone()))
+                .max_decoding_message_size(max),
+        )
+        .add_service(
+            pb::plan_service_server::PlanServiceServer::new(PlanApi::new(state.clone()))
+                .max_decoding_message_size(max),
+        )
+        .add_service(
+            pb::todo_service_server::TodoServiceServer::new(TodoApi::new(state.clone()))
+                .max_decoding_message_size(max),
+        )
+        .add_service(
+            pb::watch_service_server::WatchServiceServer::new(WatchApi::new(state.clone()))
+                .max_decoding_message_size(max),
+        )
+        .prepare();
+    let grpc = Edge {
+        inner: tonic_web::GrpcWebLayer::new().layer(routes),
+    };
+
+    let web_task = web.map(|listener| {
+        let mut stopped = stopped.clone();
+        let web = crate::web::Web::new(state.clone(), &listener, &config.web_origins);
+        tokio::spawn(conn::serve(
+            listener,
+            web.router(),
+            config.conn,
+            "web",
+            async move {
+                let _ = stopped.wait_for(|s| *s).await;
+            },
+        ))
+    });
+
+    // Watch streams never end on their own: tell them to, or graceful
+    // shutdown would wait for them until the drain deadline.
+    let shutdown = async move {
+        shutdown.await;
+        tracing::info!("shutting down: refusing new connections, draining open ones");
+        hub.close();
+        let _ = stop.send(true);
+    };
+    let mut stopped_grpc = stopped.clone();
+    tokio::join!(
+        shutdown,
+        conn::serve(listener, grpc, config.conn, "grpc", async move {
+            let _ = stopped_grpc.wait_for(|s| *s).await;
+        })
+    );
+    if let Some(task) = web_task
+        && let Err(e) = task.await
+    {
+        tracing::warn!(error = %e, "web dashboard task failed");
+    }
+    health_task.abort();
+    Ok(())
+}
+
+use tower::Layer as _;
+
+/// What every gRPC call passes through on its way in and out: the client's
+/// deadline (`grpc-timeout`) and gRPC's code for an oversized request.
+#[derive(Clone)]
+struct Edge<S> {
+    inner: S,
+}
+
+/// The text tonic gives a request over `max_decoding_message_size`.
+const TOO_LARGE: &str = "Error, decoded message length too large";
+
+impl<S, B> tower::Service<Request<hyper::body::Incoming>> for Edge<S>
+where
+    S: tower::Service<Request<hyper::body::Incoming>, Response = Response<B>, Error = Infallible>,
+    S::Future: Send + 'static,
+    B: Default + Send + 'static,
+{
+    type Response = Response<B>;
+    type Error = Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<Response<B>, Infallible>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request<hyper::body::Incoming>) -> Self::Future {
+        let deadline = req
+            .headers()
+            .get("grpc-timeout")
+            .and_then(|v| v.to_str().ok())
+            .and_then(parse_grpc_timeout);
+        let fut = self.inner.call(req);
+        Box::pin(async move {
+            let response = match deadline {
+                Some(d) => match tokio::time::timeout(d, fut).await {
+                    Ok(r) => r?,
+                    Err(_) => return Ok(Status::deadline_exceeded("deadline exceeded").into_http()),
+                },
+                None => fut.await?,
+            };
+            Ok(oversized_to_resource_exhausted(response))
+        })
+    }
+}
+
+/// tonic answers an oversized request with OUT_OF_RANGE; gRPC's convention
+/// (and every other limit of Cairn) is RESOURCE_EXHAUSTED with a reason.
+fn oversized_to_resource_exhausted<B: Default>(response: Response<B>) -> Response<B> {
+    let Some(status) = Status::from_header_map(response.headers()) else {
+        return response;
+    };
+    if status.code() != tonic::Code::OutOfRange || !status.message().starts_with(TOO_LARGE) {
+        return response;
+    }
+    let numbers: Vec<&str> = status
+        .message()
+        .split(|c: char| !c.is_ascii_digit())
+        .filter(|s| !s.is_empty())
+        .collect();
+    let mut meta = HashMap::new();
+    if let [actual, limit, ..] = numbers.as_slice() {
+        meta.insert("actual".to_owned(), (*actual).to_owned());
+        meta.insert("limit".to_owned(), (*limit).to_owned());
+    }
+    let message = format!(
+        "request: message size exceeds the limit of {} bytes (got {})",
+        meta.get("limit").map_or("?", String::as_str),
+        meta.get("actual").map_or("?", String::as_str),
+    );
+    let details = ErrorDetails::with_error_info("LIMIT_EXCEEDED", ERROR_DOMAIN, meta);
+    Status::with_error_details(tonic::Code::ResourceExhausted, message, details).into_http()
+}
+
+/// `grpc-timeout`: up to 8 digits and a unit (H, M, S, m, u, n).
+fn parse_grpc_timeout(text: &str) -> Option<Duration> {
+    let (digits, unit) = text.split_at(text.len().checked_sub(1)?);
+    if digits.is_empty() || digits.len() > 8 {
+        return None;
+    }
+    let n: u64 = digits.parse().ok()?;
+    Some(match unit {
+        "H" => Duration::from_secs(n.checked_mul(3600)?),
+        "M" => Duration::from_secs(n.checked_mul(60)?),
+        "S" => Duration::from_secs(n),
+        "m" => Duration::from_millis(n),
+        "u" => Duration::from_micros(n),
+        "n" => Duration::from_nanos(n),
+        _ => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grpc_timeouts() {
+        assert_eq!(parse_grpc_timeout("100m"), Some(Duration::from_millis(100)));
+        assert_eq!(parse_grpc_timeout("2H"), Some(Duration::from_secs(7200)));
+        assert_eq!(parse_grpc_timeout("123456789S"), None);
+        assert_eq!(parse_grpc_timeout("S"), None);
+        assert_eq!(parse_grpc_timeout(""), None);
+        assert_eq!(parse_grpc_timeout("5x"), None);
+    }
+}

@@ -1,0 +1,61 @@
+//! The `cairn.v1` services.
+//!
+//! Handlers are thin: each trait method opens a `tracing` span, calls a
+//! function that speaks core types and returns `cairn_core::error::Result`,
+//! and maps the error once through [`crate::status::status`].
+
+pub mod plan;
+pub mod session;
+pub mod todo;
+pub mod watch;
+
+use std::sync::Arc;
+
+use cairn_core::Limits;
+use cairn_store::Store;
+
+/// Rules the operator configures.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Policy {
+    /// Size and count limits.
+    pub limits: Limits,
+    /// Plans with fewer items are answered with the simple-task hint and not
+    /// stored; 0 stores every plan.
+    pub simple_task_threshold: usize,
+    /// Tools (`tool`) and tool actions (`tool:action`) blocked in plan mode.
+    pub blocked_tools: Vec<String>,
+}
+
+/// The tools blocked while planning (docs/rules.md, plan mode), in both
+/// spellings agents use.
+pub const DEFAULT_BLOCKED_TOOLS: &[&str] = &[
+    "write_file",
+    "cron:create",
+    "cron:delete",
+    "cron_create",
+    "cron_delete",
+];
+
+impl Default for Policy {
+    fn default() -> Self {
+        Policy {
+            limits: Limits::default(),
+            simple_task_threshold: 4,
+            blocked_tools: DEFAULT_BLOCKED_TOOLS
+                .iter()
+                .map(|s| (*s).to_owned())
+                .collect(),
+        }
+    }
+}
+
+/// What every service shares.
+#[derive(Debug, Clone)]
+pub struct State {
+    /// The store.
+    pub store: Store,
+    /// The operator's rules.
+    pub policy: Arc<Policy>,
+    /// Heartbeat interval of watch streams that ask for none.
+    pub progress_interval: std::time::Duration,
+}

@@ -1,0 +1,217 @@
+//! `cairn.v1.WatchService`: the watch stream and `Wait`, over [`crate::watch`].
+
+use std::pin::Pin;
+use std::time::Duration;
+
+use tokio_stream::{Stream, StreamExt};
+use tonic::{Request, Response, Status};
+use tracing::instrument;
+
+use super::State;
+use crate::convert;
+use crate::status::status;
+use crate::watch::{self, Condition, Item, Start, WaitTarget};
+use cairn_api as pb;
+use cairn_api::watch_service_server::WatchService;
+use cairn_core::error::{Error, Excerpt, Result};
+use cairn_store::hub::Target;
+
+/// Longest `Wait` a client may ask for.
+const MAX_WAIT: Duration = Duration::from_secs(24 * 60 * 60);
+/// `Wait` timeout when the request sets none.
+const DEFAULT_WAIT: Duration = Duration::from_secs(60);
+/// Longest heartbeat interval a watch may ask for.
+const MAX_PROGRESS_INTERVAL: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// The watch service.
+#[derive(Clone, Debug)]
+pub struct WatchApi {
+    state: State,
+}
+
+impl WatchApi {
+    /// A service over shared state.
+    pub fn new(state: State) -> Self {
+        WatchApi { state }
+    }
+
+    async fn watch_inner(&self, req: pb::WatchRequest) -> Result<WatchStream> {
+        let pb::WatchRequest {
+            target,
+            start_revision,
+            send_initial_state,
+            progress_interval,
+        } = req;
+        let limits = &self.state.policy.limits;
+        let target = match target {
+            Some(pb::watch_request::Target::SessionId(id)) => {
+                limits.check_resource_id("session_id", &id)?;
+                Target::Session(id)
+            }
+            Some(pb::watch_request::Target::SessionTree(id)) => {
+                limits.check_resource_id("session_tree", &id)?;
+                Target::Tree(id)
+            }
+            Some(pb::watch_request::Target::AgentId(id)) => {
+                limits.check_resource_id("agent_id", &id)?;
+                Target::Agent(id)
+            }
+            Some(pb::watch_request::Target::All(true)) => Target::All,
+            Some(pb::watch_request::Target::All(false)) | None => {
+                return Err(Error::invalid(
+                    "target",
+                    "set one of session_id, session_tree, agent_id or all",
+                ));
+            }
+        };
+        let start = match (start_revision, send_initial_state) {
+            (Some(_), true) => {
+                return Err(Error::Conflicting(
+                    "start_revision and send_initial_state exclude each other: replay from a revision, or start from the current state".into(),
+                ));
+            }
+            (Some(r), false) => Start::From(r),
+            (None, true) => Start::Snapshot,
+            (None, false) => Start::Now,
+        };
+        let interval = match progress_interval {
+            Some(d) => {
+                let d = duration("progress_interval", d)?;
+                if d > MAX_PROGRESS_INTERVAL {
+                    return Err(Error::invalid("progress_interval", "must be at most 24h"));
+                }
+                d
+            }
+            None => self.state.progress_interval,
+        };
+        watch::check_start(&self.state.store, start).await?;
+        let stream =
+            watch::watch(self.state.store.clone(), target, start, interval).map(
+                |item| match item {
+                    Ok(item) => Ok(response(item)),
+                    Err(e) => Err(status(e)),
+                },
+            );
+        Ok(Box::pin(stream))
+    }
+
+    async fn wait_inner(&self, req: pb::WaitRequest) -> Result<pb::WaitResponse> {
+        let pb::WaitRequest {
+            target,
+            condition,
+            timeout,
+        } = req;
+        let limits = &self.state.policy.limits;
+        let target = match target {
+            Some(pb::wait_request::Target::SessionTree(id)) => {
+                limits.check_resource_id("session_tree", &id)?;
+                WaitTarget::Tree(id)
+            }
+            Some(pb::wait_request::Target::SessionIds(pb::SessionIds { session_ids }))
+                if !session_ids.is_empty() =>
+            {
+                cairn_core::Limits::check_count(
+                    "session_ids",
+                    "number of sessions",
+                    limits.max_plan_steps,
+                    session_ids.len(),
+                )?;
+                for (i, id) in session_ids.iter().enumerate() {
+                    limits.check_resource_id(&format!("session_ids[{i}]"), id)?;
+                }
+                WaitTarget::Sessions(session_ids)
+            }
+            Some(pb::wait_request::Target::SessionIds(_)) | None => {
+                return Err(Error::invalid(
+                    "target",
+                    "set session_tree or a non-empty session_ids",
+                ));
+            }
+        };
+        let condition = match pb::WaitCondition::try_from(condition) {
+            Ok(pb::WaitCondition::Unspecified | pb::WaitCondition::AllPlansCompleted) => {
+                Condition::AllPlansCompleted
+            }
+            Ok(pb::WaitCondition::AnyChange) => Condition::AnyChange,
+            Err(_) => return Err(Error::invalid("condition", "unknown condition")),
+        };
+        let timeout = match timeout {
+            Some(d) => duration("timeout", d)?.min(MAX_WAIT),
+            None => DEFAULT_WAIT,
+        };
+        let outcome = watch::wait(&self.state.store, target, condition, timeout).await?;
+        Ok(pb::WaitResponse {
+            satisfied: outcome.satisfied,
+            revision: outcome.revision,
+            plans: outcome.plans.into_iter().map(convert::plan).collect(),
+        })
+    }
+}
+
+fn duration(field: &str, d: prost_types::Duration) -> Result<Duration> {
+    Duration::try_from(d).map_err(|_| Error::invalid(field, "must be a non-negative duration"))
+}
+
+fn response(item: Item) -> pb::WatchResponse {
+    pb::WatchResponse {
+        kind: Some(match item {
+            Item::Event(d) => pb::watch_response::Kind::Event(convert::event(d)),
+            Item::Synced(revision) => pb::watch_response::Kind::Synced(pb::Synced { revision }),
+            Item::Progress(revision) => {
+                pb::watch_response::Kind::Progress(pb::Progress { revision })
+            }
+        }),
+    }
+}
+
+/// A watch target for the log, its id cut short and escaped.
+fn watch_target(t: Option<&pb::watch_request::Target>) -> String {
+    match t {
+        Some(pb::watch_request::Target::SessionId(id)) => format!("session:{}", Excerpt(id)),
+        Some(pb::watch_request::Target::SessionTree(id)) => format!("tree:{}", Excerpt(id)),
+        Some(pb::watch_request::Target::AgentId(id)) => format!("agent:{}", Excerpt(id)),
+        Some(pb::watch_request::Target::All(all)) => format!("all:{all}"),
+        None => "none".into(),
+    }
+}
+
+/// A wait target for the log.
+fn wait_target(t: Option<&pb::wait_request::Target>) -> String {
+    match t {
+        Some(pb::wait_request::Target::SessionTree(id)) => format!("tree:{}", Excerpt(id)),
+        Some(pb::wait_request::Target::SessionIds(ids)) => {
+            format!("{} sessions", ids.session_ids.len())
+        }
+        None => "none".into(),
+    }
+}
+
+/// The stream type of `Watch`.
+pub type WatchStream = Pin<Box<dyn Stream<Item = Result<pb::WatchResponse, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl WatchService for WatchApi {
+    type WatchStream = WatchStream;
+
+    #[instrument(skip_all, fields(target = %watch_target(request.get_ref().target.as_ref()), start = ?request.get_ref().start_revision), err)]
+    async fn watch(
+        &self,
+        request: Request<pb::WatchRequest>,
+    ) -> Result<Response<Self::WatchStream>, Status> {
+        self.watch_inner(request.into_inner())
+            .await
+            .map(Response::new)
+            .map_err(status)
+    }
+
+    #[instrument(skip_all, fields(target = %wait_target(request.get_ref().target.as_ref())), err)]
+    async fn wait(
+        &self,
+        request: Request<pb::WaitRequest>,
+    ) -> Result<Response<pb::WaitResponse>, Status> {
+        self.wait_inner(request.into_inner())
+            .await
+            .map(Response::new)
+            .map_err(status)
+    }
+}

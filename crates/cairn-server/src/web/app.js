@@ -1,0 +1,128 @@
+"use strict";
+// State mirrors the watch stream: every change event carries the whole new object.
+const sessions = new Map(), plans = new Map(), todos = new Map();
+let revision = 0;
+
+const el = (tag, cls, text) => {
+  const e = document.createElement(tag);
+  if (cls) e.className = cls;
+  if (text !== undefined) e.textContent = text;
+  return e;
+};
+
+// The HTML list of docs/rules.md (Rendering): one CSS class per status.
+function taskList(items, textOf) {
+  if (!items.length) return el("p", "todo-empty", "No tasks");
+  const ul = el("ul", "todo-list");
+  for (const item of items) {
+    const cls = { completed: "todo-done", in_progress: "todo-active", pending: "todo-pending" }[item.status] || "todo-pending";
+    const icon = { completed: ["todo-check", "✓"], in_progress: ["todo-arrow", "▶"], pending: ["todo-circle", "○"] }[item.status] || ["todo-circle", "○"];
+    const li = el("li", "todo-item " + cls);
+    li.append(el("span", icon[0], icon[1]), el("span", "todo-text", textOf(item)));
+    if (item.priority) li.append(el("span", "priority", item.priority));
+    ul.append(li);
+  }
+  return ul;
+}
+
+// State-changing calls carry the token the server put in the page, which a
+// page of another site cannot read.
+const csrf = document.querySelector('meta[name="csrf-token"]').content;
+
+async function decide(id, verb) {
+  const body = verb === "reject" ? { reason: prompt("Why reject this plan?") || "" } : { approver: "dashboard" };
+  const r = await fetch(`/api/sessions/${encodeURIComponent(id)}/${verb}`, {
+    method: "POST", headers: { "content-type": "application/json", "x-csrf-token": csrf }, body: JSON.stringify(body),
+  });
+  if (!r.ok) alert((await r.json()).error);
+}
+
+function sessionCard(id, byParent) {
+  const s = sessions.get(id), p = plans.get(id);
+  const card = el("div", "session");
+  card.dataset.session = id;
+  const head = el("div", "session-head");
+  head.append(el("span", "session-id", id));
+  if (s.agent_id) head.append(el("span", "agent", s.agent_id));
+  const mode = p ? p.plan.mode.mode : "normal";
+  if (mode !== "normal") head.append(el("span", "badge " + mode, mode.replace("_", " ")));
+  const items = p ? p.plan.checklist.items : [];
+  const done = items.filter(i => i.status === "completed").length;
+  head.append(el("span", "progress", items.length ? `${done}/${items.length}` : ""));
+  card.append(head);
+  if (p && p.plan.checklist.explanation) card.append(el("p", "explanation", p.plan.checklist.explanation));
+  card.append(taskList(items, i => i.step));
+  const pending = p && p.plan.mode.pending;
+  if (mode === "awaiting_approval" && pending) {
+    const box = el("div", "approval");
+    box.append(el("div", "summary", `Plan ${pending.plan_id}: ${pending.plan.summary}`));
+    const ol = el("ol");
+    for (const st of pending.plan.steps) ol.append(el("li", "", st.description));
+    box.append(ol);
+    const yes = el("button", "approve", "Approve"), no = el("button", "reject", "Reject");
+    yes.onclick = () => decide(id, "approve");
+    no.onclick = () => decide(id, "reject");
+    box.append(yes, document.createTextNode(" "), no);
+    card.append(box);
+  }
+  const kids = (byParent.get(id) || []).sort();
+  if (kids.length) {
+    const wrap = el("div", "children");
+    for (const k of kids) wrap.append(sessionCard(k, byParent));
+    card.append(wrap);
+  }
+  return card;
+}
+
+function render() {
+  document.getElementById("revision").textContent = `revision ${revision}`;
+  const byParent = new Map(), roots = [];
+  for (const [id, s] of sessions) {
+    const parent = s.parent_session_id;
+    if (parent && sessions.has(parent)) {
+      if (!byParent.has(parent)) byParent.set(parent, []);
+      byParent.get(parent).push(id);
+    } else roots.push(id);
+  }
+  const list = document.getElementById("sessions");
+  list.replaceChildren(...(roots.length ? roots.sort().map(r => sessionCard(r, byParent)) : [el("p", "none", "No sessions yet.")]));
+  const agents = document.getElementById("todos");
+  const cards = [...todos.keys()].sort().map(a => {
+    const card = el("div", "agent-card");
+    card.dataset.agent = a;
+    card.append(el("div", "session-id", a), taskList(todos.get(a).items, t => t.content));
+    return card;
+  });
+  agents.replaceChildren(...(cards.length ? cards : [el("p", "none", "No todo lists yet.")]));
+}
+
+function apply(change) {
+  const e = change.event, o = e.object;
+  switch (e.kind) {
+    case "session_created": case "session_updated": sessions.set(o.session.session_id, o.session); break;
+    case "session_deleted": sessions.delete(e.session_id); plans.delete(e.session_id); break;
+    case "plan_updated": plans.set(o.plan.session_id, o.plan); break;
+    case "todos_updated": case "todos_cleared": todos.set(o.todos.agent_id, o.todos); break;
+  }
+  revision = Math.max(revision, change.revision);
+}
+
+let synced = false;
+function connect() {
+  const source = new EventSource("/events");
+  const live = document.getElementById("live");
+  source.addEventListener("change", m => { apply(JSON.parse(m.data)); if (synced) render(); });
+  source.addEventListener("synced", m => {
+    synced = true; revision = Math.max(revision, Number(m.data)); render();
+    live.textContent = "live"; live.classList.add("on");
+  });
+  source.addEventListener("progress", m => { revision = Math.max(revision, Number(m.data)); render(); });
+  source.onerror = () => {
+    // Start over from a fresh snapshot: simple and always consistent.
+    live.textContent = "reconnecting…"; live.classList.remove("on");
+    source.close(); synced = false;
+    sessions.clear(); plans.clear(); todos.clear();
+    setTimeout(connect, 1000);
+  };
+}
+connect();

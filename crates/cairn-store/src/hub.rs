@@ -1,0 +1,326 @@
+//! The watch hub: fan-out of committed revisions to the watchers they
+//! concern.
+//!
+//! ```text
+//!  writer ── commit ──▶ Hub::dispatch(revisions)
+//!                         │ index: tree root / session / agent / all
+//!                         │ try_send to the few watchers each event concerns
+//!                         ▼
+//!        per-watcher buffer (bounded) ──▶ Subscription (a watch stream)
+//!                         ▲ full? the hub stops sending and flags it; the
+//!                         │ stream reads the log from its own position,
+//!                         │ then resyncs with the hub
+//! ```
+//!
+//! The hub belongs to the store because the writer feeds it, and only with
+//! committed revisions: everything it has dispatched is in the log. It is
+//! indexed by target, so a revision costs a few hash lookups and wakes only
+//! the watchers it concerns, whether 10 or 10,000 streams are open. It
+//! never blocks: a watcher that cannot keep up is flagged and stops
+//! receiving until it [resyncs](Subscription::resync).
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use tokio::sync::mpsc;
+use tokio::sync::mpsc::error::TryRecvError;
+
+use crate::records::{Event, EventKind, Revision};
+
+/// What a watch follows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    /// One session: its record and plan.
+    Session(String),
+    /// A session and every session below it, decided at each event's
+    /// revision (sessions created or moved in later count).
+    Tree(String),
+    /// One agent's todo list.
+    Agent(String),
+    /// Several sessions (for `Wait`).
+    Sessions(BTreeSet<String>),
+    /// Everything.
+    All,
+}
+
+impl Target {
+    /// Whether `event` belongs to this target.
+    pub fn matches(&self, event: &Event) -> bool {
+        match self {
+            Target::Session(id) => event.session_id == *id,
+            Target::Tree(root) => event.in_tree(root),
+            Target::Agent(agent) => {
+                matches!(
+                    event.kind,
+                    EventKind::TodosUpdated | EventKind::TodosCleared
+                ) && event.agent_id == *agent
+            }
+            Target::Sessions(ids) => ids.contains(&event.session_id),
+            Target::All => true,
+        }
+    }
+
+    /// The hub index keys this target is filed under.
+    fn keys(&self) -> Vec<Key> {
+        match self {
+            Target::Session(id) => vec![Key::Session(id.clone())],
+            Target::Tree(root) => vec![Key::Tree(root.clone())],
+            Target::Agent(agent) => vec![Key::Agent(agent.clone())],
+            Target::Sessions(ids) => ids.iter().cloned().map(Key::Session).collect(),
+            Target::All => vec![Key::All],
+        }
+    }
+}
+
+/// Where the hub files a watcher.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Key {
+    Session(String),
+    Tree(String),
+    Agent(String),
+    All,
+}
+
+/// One registered watcher, as the hub sees it.
+#[derive(Debug)]
+struct Slot {
+    id: u64,
+    tx: mpsc::Sender<Arc<Revision>>,
+    /// Set by the hub (under its lock) when the buffer was full; from then
+    /// on the hub sends this watcher nothing until it resyncs.
+    overflowed: AtomicBool,
+}
+
+/// Watchers by what they follow. One map per kind, keyed by plain ids, so
+/// dispatch looks events up by `&str` without building keys.
+#[derive(Debug, Default)]
+struct Registry {
+    next_id: u64,
+    sessions: HashMap<String, Vec<Arc<Slot>>>,
+    trees: HashMap<String, Vec<Arc<Slot>>>,
+    agents: HashMap<String, Vec<Arc<Slot>>>,
+    all: Vec<Arc<Slot>>,
+}
+
+impl Registry {
+    /// The list a key files into.
+    fn list_mut(&mut self, key: &Key) -> &mut Vec<Arc<Slot>> {
+        match key {
+            Key::Session(id) => self.sessions.entry(id.clone()).or_default(),
+            Key::Tree(id) => self.trees.entry(id.clone()).or_default(),
+            Key::Agent(id) => self.agents.entry(id.clone()).or_default(),
+            Key::All => &mut self.all,
+        }
+    }
+
+    fn remove(&mut self, key: &Key, slot_id: u64) {
+        let (map, id) = match key {
+            Key::Session(id) => (&mut self.sessions, id),
+            Key::Tree(id) => (&mut self.trees, id),
+            Key::Agent(id) => (&mut self.agents, id),
+            Key::All => {
+                self.all.retain(|s| s.id != slot_id);
+                return;
+            }
+        };
+        if let Some(list) = map.get_mut(id) {
+            list.retain(|s| s.id != slot_id);
+            if list.is_empty() {
+                map.remove(id);
+            }
+        }
+    }
+}
+
+/// Fans committed revisions out to the watchers they concern.
+#[derive(Debug)]
+pub struct Hub {
+    registry: Mutex<Registry>,
+    /// Last revision fully dispatched; stored inside the lock, after the
+    /// sends, so a reader that loads it and then finds its buffer empty
+    /// has received everything up to it.
+    dispatched: AtomicU64,
+    buffer: usize,
+    /// Flips to true when the server shuts down, so streams end instead of
+    /// holding graceful shutdown open forever.
+    closing: tokio::sync::watch::Sender<bool>,
+}
+
+impl Hub {
+    /// A hub whose watchers start after `revision`, each buffering up to
+    /// `buffer` revisions.
+    pub fn new(revision: u64, buffer: usize) -> Self {
+        Hub {
+            registry: Mutex::new(Registry::default()),
+            dispatched: AtomicU64::new(revision),
+            buffer: buffer.max(1),
+            closing: tokio::sync::watch::Sender::new(false),
+        }
+    }
+
+    /// Ends every watch stream and `Wait` (with `UNAVAILABLE`), now and
+    /// from now on: the server is shutting down.
+    pub fn close(&self) {
+        self.closing.send_replace(true);
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Registry> {
+        self.registry.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Last revision fully dispatched.
+    pub fn dispatched(&self) -> u64 {
+        self.dispatched.load(Ordering::Acquire)
+    }
+
+    /// Registers a watcher. Revisions after the returned one arrive through
+    /// the subscription; earlier ones are in the log.
+    pub fn subscribe(self: &Arc<Self>, target: &Target) -> (Subscription, u64) {
+        let (tx, rx) = mpsc::channel(self.buffer);
+        let mut reg = self.lock();
+        reg.next_id += 1;
+        let slot = Arc::new(Slot {
+            id: reg.next_id,
+            tx,
+            overflowed: AtomicBool::new(false),
+        });
+        let keys = target.keys();
+        for key in &keys {
+            reg.list_mut(key).push(Arc::clone(&slot));
+        }
+        let at = self.dispatched();
+        drop(reg);
+        (
+            Subscription {
+                hub: Arc::clone(self),
+                slot,
+                keys,
+                rx,
+                closing: self.closing.subscribe(),
+            },
+            at,
+        )
+    }
+
+    /// Called by the writer after each commit, with its revisions in order.
+    /// Never blocks on a watcher.
+    pub fn dispatch(&self, revisions: &[Arc<Revision>]) {
+        let reg = self.lock();
+        let mut hits: Vec<&Arc<Slot>> = Vec::new();
+        for rev in revisions {
+            hits.clear();
+            let mut lists: Vec<&Vec<Arc<Slot>>> = vec![&reg.all];
+            for e in &rev.events {
+                if e.session_id.is_empty() {
+                    lists.extend(reg.agents.get(e.agent_id.as_str()));
+                    continue;
+                }
+                lists.extend(reg.sessions.get(e.session_id.as_str()));
+                lists.extend(reg.trees.get(e.session_id.as_str()));
+                for a in e.ancestors.iter().chain(&e.previous_ancestors) {
+                    lists.extend(reg.trees.get(a.as_str()));
+                }
+            }
+            for s in lists.into_iter().flatten() {
+                if !hits.iter().any(|h| h.id == s.id) {
+                    hits.push(s);
+                }
+            }
+            for slot in &hits {
+                if slot.overflowed.load(Ordering::Relaxed) {
+                    continue;
+                }
+                if let Err(mpsc::error::TrySendError::Full(_)) = slot.tx.try_send(Arc::clone(rev)) {
+                    slot.overflowed.store(true, Ordering::Release);
+                }
+            }
+            self.dispatched.store(rev.revision, Ordering::Release);
+        }
+    }
+
+    /// Clears a watcher's overflow and returns the revision from which the
+    /// hub sends it revisions again (exclusive): everything up to it is in
+    /// the log.
+    fn resync(&self, slot: &Slot) -> u64 {
+        let _reg = self.lock();
+        slot.overflowed.store(false, Ordering::Release);
+        self.dispatched()
+    }
+
+    fn unsubscribe(&self, slot: &Slot, keys: &[Key]) {
+        let mut reg = self.lock();
+        for key in keys {
+            reg.remove(key, slot.id);
+        }
+    }
+}
+
+/// A watcher's registration; unregisters on drop (client gone).
+#[derive(Debug)]
+pub struct Subscription {
+    hub: Arc<Hub>,
+    slot: Arc<Slot>,
+    keys: Vec<Key>,
+    rx: mpsc::Receiver<Arc<Revision>>,
+    closing: tokio::sync::watch::Receiver<bool>,
+}
+
+/// What a subscription's buffer holds now.
+#[derive(Debug)]
+pub enum Next {
+    /// The next buffered revision.
+    Revision(Arc<Revision>),
+    /// Nothing buffered.
+    Empty,
+    /// The hub is gone.
+    Closed,
+}
+
+impl Subscription {
+    /// Takes the next buffered revision without waiting.
+    pub fn try_next(&mut self) -> Next {
+        match self.rx.try_recv() {
+            Ok(rev) => Next::Revision(rev),
+            Err(TryRecvError::Empty) => Next::Empty,
+            Err(TryRecvError::Disconnected) => Next::Closed,
+        }
+    }
+
+    /// Waits for the next revision; `None` once the server is shutting
+    /// down (or the hub is gone).
+    pub async fn next(&mut self) -> Option<Arc<Revision>> {
+        tokio::select! {
+            _ = self.closing.wait_for(|closing| *closing) => None,
+            received = self.rx.recv() => received,
+        }
+    }
+
+    /// Whether the buffer is empty now.
+    pub fn is_empty(&self) -> bool {
+        self.rx.is_empty()
+    }
+
+    /// Whether the hub stopped sending because the buffer was full: what
+    /// it kept back is in the log, up to [`Subscription::resync`].
+    pub fn overflowed(&self) -> bool {
+        self.slot.overflowed.load(Ordering::Acquire)
+    }
+
+    /// Clears the overflow and returns the revision from which the hub
+    /// sends again (exclusive): everything up to it is in the log.
+    pub fn resync(&self) -> u64 {
+        self.hub.resync(&self.slot)
+    }
+
+    /// Last revision the hub has fully dispatched.
+    pub fn dispatched(&self) -> u64 {
+        self.hub.dispatched()
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        self.hub.unsubscribe(&self.slot, &self.keys);
+    }
+}

@@ -1,0 +1,46 @@
+//! `cairn-store`: durable state. The storage seam, the embedded redb
+//! engine behind it, the revision log, compaction and the watch hub.
+//!
+//! ```text
+//!  server ──write(op)──▶ Store ──▶ Backend (embedded: bounded queue ▶ one writer thread)
+//!                                    │ runs ops in ONE transaction, commits durably
+//!                                    ├──▶ answers each op
+//!                                    └──▶ Hub::dispatch(committed revisions) ──▶ watchers
+//!  server ──read(f)───▶ Store ──▶ Backend (embedded: reader threads, one snapshot per batch)
+//! ```
+//!
+//! - [`seam`]: what mutations need from a database ([`ReadView`],
+//!   [`WriteView`]) and what the store needs from an engine ([`Backend`]);
+//! - [`embedded`]: the redb engine (tables, the group-committing writer,
+//!   the readers, recovery from a full disk);
+//! - [`ops`]: the mutations, the rules of `cairn-core` applied inside a
+//!   transaction;
+//! - [`records`]: what is stored and what the log carries;
+//! - [`hub`]: fan-out of committed revisions to watchers;
+//! - [`compactor`]: trimming the log; [`health`]: whether the store serves.
+//!
+//! Every mutation gets its own revision (+1, store-wide) and one log entry
+//! holding all of its events, written in the same transaction as the data,
+//! so the log and the state can never disagree. A mutation is answered
+//! only after the commit holding it is on disk.
+//!
+//! This crate must never import the server, the clients or the generated
+//! API: it speaks `cairn-core` types only.
+
+pub mod clock;
+pub mod codec;
+pub mod compactor;
+pub mod embedded;
+pub mod health;
+pub mod hub;
+pub mod ops;
+pub mod records;
+pub mod seam;
+pub mod store;
+
+pub use clock::now_micros;
+pub use codec::encoded_len;
+pub use embedded::StoreOptions;
+pub use health::Condition;
+pub use seam::{Backend, Ctx, ReadView, WriteView};
+pub use store::Store;

@@ -1,0 +1,430 @@
+//! Mutations and reads, written against [`ReadView`] / [`WriteView`].
+//!
+//! Each mutation loads what it needs, runs the pure rule on a copy, checks
+//! `expected_revision`, and only then writes and logs its events. So an error
+//! at any point before the writes leaves the transaction untouched.
+
+use std::collections::HashMap;
+
+use cairn_core::error::{Error, Result};
+use cairn_core::plan_mode::HistoryEntry;
+use cairn_core::session::{self, Session};
+use cairn_core::todo::{self, TodoInput};
+use cairn_core::{Limits, SessionPlan, check_expected_revision};
+
+use crate::records::{Event, EventKind, PlanRecord, SessionPage, TodoRecord};
+use crate::seam::{Ctx, ReadView};
+
+/// Loads a session or fails with NOT_FOUND.
+pub fn require_session(view: &dyn ReadView, id: &str) -> Result<Session> {
+    view.session(id)?
+        .ok_or_else(|| Error::SessionNotFound(id.to_owned()))
+}
+
+/// A session's plan; an empty one if it never had one. NOT_FOUND for an
+/// unknown session.
+pub fn get_plan(view: &dyn ReadView, session_id: &str) -> Result<PlanRecord> {
+    // A stored plan implies its session exists (they are deleted together),
+    // so only a missing plan needs the session looked up.
+    if let Some(plan) = view.plan(session_id)? {
+        return Ok(plan);
+    }
+    require_session(view, session_id)?;
+    Ok(PlanRecord {
+        session_id: session_id.to_owned(),
+        ..PlanRecord::default()
+    })
+}
+
+/// A plan without requiring the session (an unknown one reads as empty).
+pub fn plan_or_default(view: &dyn ReadView, session_id: &str) -> Result<PlanRecord> {
+    Ok(view.plan(session_id)?.unwrap_or_else(|| PlanRecord {
+        session_id: session_id.to_owned(),
+        ..PlanRecord::default()
+    }))
+}
+
+/// An agent's todo list; empty if never written.
+pub fn get_todos(view: &dyn ReadView, agent_id: &str) -> Result<TodoRecord> {
+    Ok(view.todos(agent_id)?.unwrap_or_else(|| TodoRecord {
+        agent_id: agent_id.to_owned(),
+        ..TodoRecord::default()
+    }))
+}
+
+/// The ancestors of a session whose parent is `parent`: root first, parent
+/// last. Stops at a missing session, and at a loop should the data ever hold
+/// one, rather than spinning.
+pub fn ancestors(view: &dyn ReadView, parent: Option<&str>) -> Result<Vec<String>> {
+    let mut chain = Vec::new();
+    let mut cursor = parent.map(str::to_owned);
+    while let Some(id) = cursor {
+        if chain.contains(&id) {
+            break;
+        }
+        cursor = view.session(&id)?.and_then(|s| s.parent_session_id);
+        chain.push(id);
+    }
+    chain.reverse();
+    Ok(chain)
+}
+
+/// Refuses a tree deeper than the limit: every event carries its session's
+/// ancestry, so depth multiplies the cost of every write below.
+fn check_depth(limits: &Limits, depth: usize) -> Result<()> {
+    Limits::check_count(
+        "session.parent_session_id",
+        "session tree depth",
+        limits.max_tree_depth,
+        depth,
+    )
+}
+
+/// How many levels of descendants a session has (0 for a leaf), counting
+/// no further than `cap` + 1.
+fn levels_below(view: &dyn ReadView, id: &str, cap: usize) -> Result<usize> {
+    let mut levels = 0;
+    let mut frontier = vec![id.to_owned()];
+    while levels <= cap {
+        let mut next = Vec::new();
+        for id in &frontier {
+            next.extend(view.children(id)?);
+        }
+        if next.is_empty() {
+            break;
+        }
+        levels += 1;
+        frontier = next;
+    }
+    Ok(levels)
+}
+
+/// A session and all its descendants, pre-order (the session first).
+pub fn subtree(view: &dyn ReadView, root: &str) -> Result<Vec<String>> {
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_owned()];
+    while let Some(id) = stack.pop() {
+        let mut kids = view.children(&id)?;
+        kids.reverse();
+        stack.extend(kids);
+        out.push(id);
+    }
+    Ok(out)
+}
+
+/// One page of sessions, optionally only one parent's children or one
+/// agent's sessions.
+pub fn list_sessions(
+    view: &dyn ReadView,
+    after: Option<&str>,
+    limit: usize,
+    parent: Option<&str>,
+    agent: Option<&str>,
+) -> Result<SessionPage> {
+    let mut page = SessionPage::default();
+    if let Some(parent) = parent {
+        let ids = view.children(parent)?;
+        for id in ids
+            .iter()
+            .filter(|id| after.is_none_or(|a| id.as_str() > a))
+        {
+            if page.sessions.len() == limit {
+                page.next_after = page.sessions.last().map(|s| s.session_id.clone());
+                break;
+            }
+            if let Some(s) = view.session(id)?
+                && agent.is_none_or(|a| s.agent_id == a)
+            {
+                page.sessions.push(s);
+            }
+        }
+        return Ok(page);
+    }
+    let mut cursor = after.map(str::to_owned);
+    loop {
+        let chunk = view.sessions_after(cursor.as_deref(), limit.max(1))?;
+        let exhausted = chunk.next_after.is_none();
+        for s in chunk.sessions {
+            cursor = Some(s.session_id.clone());
+            if agent.is_some_and(|a| s.agent_id != a) {
+                continue;
+            }
+            if page.sessions.len() == limit {
+                page.next_after = page.sessions.last().map(|s| s.session_id.clone());
+                return Ok(page);
+            }
+            page.sessions.push(s);
+        }
+        if exhausted {
+            return Ok(page);
+        }
+    }
+}
+
+/// `CreateSession`.
+pub fn create_session(
+    ctx: &mut Ctx<'_>,
+    mut s: Session,
+    limits: &Limits,
+) -> Result<(Session, u64)> {
+    session::validate(&s, limits)?;
+    if ctx.view.session(&s.session_id)?.is_some() {
+        return Err(Error::SessionExists(s.session_id));
+    }
+    if let Some(parent) = &s.parent_session_id
+        && ctx.view.session(parent)?.is_none()
+    {
+        return Err(Error::ParentNotFound(parent.clone()));
+    }
+    let chain = ancestors(ctx.view, s.parent_session_id.as_deref())?;
+    check_depth(limits, chain.len() + 1)?;
+    s.create_time = ctx.now;
+    s.update_time = ctx.now;
+    s.revision = ctx.next_revision();
+    ctx.view.put_session(&s)?;
+    if let Some(parent) = &s.parent_session_id {
+        ctx.view.put_child(parent, &s.session_id)?;
+    }
+    let rev = ctx.commit(vec![Event::session(EventKind::SessionCreated, &s, chain)])?;
+    Ok((s, rev))
+}
+
+/// Requested changes to a session; `None` keeps a field.
+#[derive(Debug, Clone, Default)]
+pub struct SessionPatch {
+    pub title: Option<String>,
+    pub agent_id: Option<String>,
+    /// `Some(None)` makes the session a root.
+    pub parent_session_id: Option<Option<String>>,
+    pub labels: Option<std::collections::BTreeMap<String, String>>,
+    pub expected_revision: Option<u64>,
+}
+
+/// `UpdateSession`, including moves within the tree.
+pub fn update_session(
+    ctx: &mut Ctx<'_>,
+    id: &str,
+    patch: SessionPatch,
+    limits: &Limits,
+) -> Result<(Session, u64)> {
+    let old = require_session(ctx.view, id)?;
+    check_expected_revision(patch.expected_revision, old.revision)?;
+    let mut s = old.clone();
+    if let Some(t) = patch.title {
+        s.title = t;
+    }
+    if let Some(a) = patch.agent_id {
+        s.agent_id = a;
+    }
+    if let Some(l) = patch.labels {
+        s.labels = l;
+    }
+    if let Some(p) = patch.parent_session_id {
+        s.parent_session_id = p.filter(|p| !p.is_empty());
+    }
+    session::validate(&s, limits)?;
+    if s.parent_session_id != old.parent_session_id
+        && let Some(parent) = &s.parent_session_id
+    {
+        // Walk up from the new parent: meeting `id` means a cycle.
+        let mut cursor = Some(parent.clone());
+        while let Some(c) = cursor {
+            if c == id {
+                return Err(Error::ParentCycle {
+                    session: id.to_owned(),
+                    parent: parent.clone(),
+                });
+            }
+            cursor = match ctx.view.session(&c)? {
+                Some(p) => p.parent_session_id,
+                None if c == *parent => return Err(Error::ParentNotFound(parent.clone())),
+                None => None,
+            };
+        }
+    }
+    if s.parent_session_id != old.parent_session_id {
+        // The moved session's new depth, plus the levels below it.
+        let depth = ancestors(ctx.view, s.parent_session_id.as_deref())?.len() + 1;
+        let below = levels_below(ctx.view, id, limits.max_tree_depth)?;
+        check_depth(limits, depth + below)?;
+    }
+    if s == old {
+        return Ok((old, ctx.next_revision() - 1));
+    }
+    s.update_time = ctx.now;
+    s.revision = ctx.next_revision();
+    let previous = ancestors(ctx.view, old.parent_session_id.as_deref())?;
+    let mut event = Event::session(
+        EventKind::SessionUpdated,
+        &s,
+        ancestors(ctx.view, s.parent_session_id.as_deref())?,
+    );
+    if s.parent_session_id != old.parent_session_id {
+        event.previous_parent_session_id = old.parent_session_id.clone().unwrap_or_default();
+        event.previous_ancestors = previous;
+    }
+    if s.parent_session_id != old.parent_session_id {
+        if let Some(p) = &old.parent_session_id {
+            ctx.view.delete_child(p, id)?;
+        }
+        if let Some(p) = &s.parent_session_id {
+            ctx.view.put_child(p, id)?;
+        }
+    }
+    ctx.view.put_session(&s)?;
+    let rev = ctx.commit(vec![event])?;
+    Ok((s, rev))
+}
+
+/// `DeleteSession`: the session (and with `cascade`, its subtree) with plans
+/// and history, in one revision. Returns the deleted ids, requested first.
+pub fn delete_session(
+    ctx: &mut Ctx<'_>,
+    id: &str,
+    cascade: bool,
+    expected: Option<u64>,
+) -> Result<(Vec<String>, u64)> {
+    let root = require_session(ctx.view, id)?;
+    check_expected_revision(expected, root.revision)?;
+    let kids = ctx.view.children(id)?;
+    if !kids.is_empty() && !cascade {
+        return Err(Error::SessionHasChildren {
+            session: id.to_owned(),
+            children: kids.len(),
+        });
+    }
+    let ids = subtree(ctx.view, id)?;
+    // Ancestry is read before anything is deleted; pre-order means a
+    // parent's chain is known before its children's.
+    let mut chains: HashMap<String, Vec<String>> = HashMap::new();
+    let mut doomed = Vec::with_capacity(ids.len());
+    for sid in &ids {
+        let Some(s) = ctx.view.session(sid)? else {
+            continue;
+        };
+        let chain = match s
+            .parent_session_id
+            .as_deref()
+            .and_then(|p| chains.get(p).map(|c| (p, c)))
+        {
+            Some((p, c)) => {
+                let mut c = c.clone();
+                c.push(p.to_owned());
+                c
+            }
+            None => ancestors(ctx.view, s.parent_session_id.as_deref())?,
+        };
+        chains.insert(sid.clone(), chain.clone());
+        doomed.push((s, chain));
+    }
+    let mut events = Vec::with_capacity(doomed.len());
+    for (s, chain) in doomed {
+        let sid = s.session_id.as_str();
+        ctx.view.delete_session(sid)?;
+        ctx.view.delete_plan(sid)?;
+        ctx.view.delete_history(sid)?;
+        if let Some(p) = &s.parent_session_id {
+            ctx.view.delete_child(p, sid)?;
+        }
+        events.push(Event::session(EventKind::SessionDeleted, &s, chain));
+    }
+    let rev = ctx.commit(events)?;
+    Ok((ids, rev))
+}
+
+/// What a plan mutation does with a session that does not exist.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IfMissing {
+    /// Create it as a root session (`UpdatePlan`, `EnterPlanMode`).
+    Create,
+    /// Fail with the rule's own error, or NOT_FOUND (everything else).
+    Fail,
+}
+
+/// Applies `change` to a session's plan: loads it (creating an unknown
+/// session as a root with [`IfMissing::Create`]), checks `expected_revision`, runs
+/// the pure rule on a copy, then stores the plan, any history entries and
+/// the events. `change` returns its own output plus history entries to add.
+pub fn mutate_plan<R>(
+    ctx: &mut Ctx<'_>,
+    session_id: &str,
+    expected: Option<u64>,
+    if_missing: IfMissing,
+    limits: &Limits,
+    change: impl FnOnce(&mut SessionPlan, cairn_core::Micros) -> Result<(R, Vec<HistoryEntry>)>,
+) -> Result<(R, PlanRecord, u64)> {
+    limits.check_resource_id("session_id", session_id)?;
+    let (session, created) = match ctx.view.session(session_id)? {
+        Some(s) => (s, false),
+        None if if_missing == IfMissing::Create => (
+            Session {
+                session_id: session_id.to_owned(),
+                create_time: ctx.now,
+                update_time: ctx.now,
+                revision: ctx.next_revision(),
+                ..Session::default()
+            },
+            true,
+        ),
+        None => {
+            // An unknown session is a session in NORMAL mode with no plan:
+            // answer with the rule's own error (e.g. "Not in plan mode"),
+            // which is what an agent can act on, and create nothing.
+            change(&mut SessionPlan::default(), ctx.now)?;
+            return Err(Error::SessionNotFound(session_id.to_owned()));
+        }
+    };
+    let mut record = plan_or_default(ctx.view, session_id)?;
+    check_expected_revision(expected, record.revision)?;
+    let mut plan = record.plan.clone();
+    let (out, history) = change(&mut plan, ctx.now)?;
+
+    let chain = ancestors(ctx.view, session.parent_session_id.as_deref())?;
+    let mut events = Vec::with_capacity(2);
+    if created {
+        ctx.view.put_session(&session)?;
+        events.push(Event::session(
+            EventKind::SessionCreated,
+            &session,
+            chain.clone(),
+        ));
+    }
+    for entry in &history {
+        ctx.view
+            .put_history(session_id, record.history_len, entry)?;
+        record.history_len += 1;
+    }
+    record.plan = plan;
+    record.revision = ctx.next_revision();
+    record.update_time = ctx.now;
+    // Every later change rewrites and logs the whole record: bound it.
+    Limits::check_count(
+        "plan",
+        "stored plan size in bytes",
+        limits.max_plan_bytes,
+        crate::codec::encoded_len(&record)?,
+    )?;
+    ctx.view.put_plan(&record)?;
+    events.push(Event::plan(&session, &record, chain));
+    let rev = ctx.commit(events)?;
+    Ok((out, record, rev))
+}
+
+/// `WriteTodos`: validate and merge, then store.
+pub fn write_todos(
+    ctx: &mut Ctx<'_>,
+    agent_id: &str,
+    items: Vec<TodoInput>,
+    expected: Option<u64>,
+    limits: &Limits,
+) -> Result<(TodoRecord, u64)> {
+    limits.check_resource_id("agent_id", agent_id)?;
+    let mut record = get_todos(ctx.view, agent_id)?;
+    check_expected_revision(expected, record.revision)?;
+    record.items = todo::write(&record.items, items, ctx.now, limits)?;
+    record.revision = ctx.next_revision();
+    record.update_time = ctx.now;
+    ctx.view.put_todos(&record)?;
+    let rev = ctx.commit(vec![Event::todos(&record)])?;
+    Ok((record, rev))
+}

@@ -1,0 +1,160 @@
+//! What the store persists and what it publishes.
+//!
+//! Records wrap domain structs with the revision and time of their last
+//! change. Events carry the full new object (never a diff) so a watcher
+//! that joins late needs nothing but the event itself.
+
+use serde::{Deserialize, Serialize};
+
+use cairn_core::session::Session;
+use cairn_core::todo::TodoItem;
+use cairn_core::{Micros, SessionPlan};
+
+/// A session's plan as stored and served.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct PlanRecord {
+    pub session_id: String,
+    pub plan: SessionPlan,
+    /// Store revision of the last change; 0 when never written.
+    pub revision: u64,
+    /// 0 when never written.
+    pub update_time: Micros,
+    /// Number of history entries, so the next one gets a fresh key.
+    pub history_len: u64,
+}
+
+/// An agent's todo list as stored and served.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct TodoRecord {
+    pub agent_id: String,
+    pub items: Vec<TodoItem>,
+    /// Store revision of the last change; 0 when never written.
+    pub revision: u64,
+    /// 0 when never written.
+    pub update_time: Micros,
+}
+
+/// Kind of change, as watchers see it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EventKind {
+    SessionCreated,
+    SessionUpdated,
+    SessionDeleted,
+    PlanUpdated,
+    TodosUpdated,
+    TodosCleared,
+}
+
+/// The object an event carries.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EventObject {
+    Session(Session),
+    /// Boxed: a plan is much larger than the other objects.
+    Plan(Box<PlanRecord>),
+    Todos(TodoRecord),
+}
+
+/// One change within a committed revision.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Event {
+    pub kind: EventKind,
+    pub object: EventObject,
+    /// The session concerned, or empty.
+    #[serde(default)]
+    pub session_id: String,
+    /// That session's parent at this revision, or empty. Tree watchers decide
+    /// membership from it, so it is recorded, not looked up later.
+    #[serde(default)]
+    pub parent_session_id: String,
+    /// The agent concerned, or empty.
+    #[serde(default)]
+    pub agent_id: String,
+    /// The session's ancestors at this revision, root first, parent last.
+    /// With it a tree filter needs no history: an event belongs to the tree
+    /// of `r` when its session is `r` or has `r` among its ancestors.
+    #[serde(default)]
+    pub ancestors: Vec<String>,
+    /// For a move: the parent and ancestors before it, so the tree the
+    /// session left also sees it go.
+    #[serde(default)]
+    pub previous_parent_session_id: String,
+    #[serde(default)]
+    pub previous_ancestors: Vec<String>,
+}
+
+impl Event {
+    /// An event about a session record; `ancestors` at this revision.
+    pub fn session(kind: EventKind, s: &Session, ancestors: Vec<String>) -> Self {
+        Event {
+            kind,
+            session_id: s.session_id.clone(),
+            parent_session_id: s.parent_session_id.clone().unwrap_or_default(),
+            agent_id: s.agent_id.clone(),
+            object: EventObject::Session(s.clone()),
+            ancestors,
+            previous_parent_session_id: String::new(),
+            previous_ancestors: Vec::new(),
+        }
+    }
+
+    /// A plan change of `session`.
+    pub fn plan(session: &Session, plan: &PlanRecord, ancestors: Vec<String>) -> Self {
+        Event {
+            kind: EventKind::PlanUpdated,
+            session_id: session.session_id.clone(),
+            parent_session_id: session.parent_session_id.clone().unwrap_or_default(),
+            agent_id: session.agent_id.clone(),
+            object: EventObject::Plan(Box::new(plan.clone())),
+            ancestors,
+            previous_parent_session_id: String::new(),
+            previous_ancestors: Vec::new(),
+        }
+    }
+
+    /// A todo list change.
+    pub fn todos(list: &TodoRecord) -> Self {
+        Event {
+            kind: if list.items.is_empty() {
+                EventKind::TodosCleared
+            } else {
+                EventKind::TodosUpdated
+            },
+            session_id: String::new(),
+            parent_session_id: String::new(),
+            agent_id: list.agent_id.clone(),
+            object: EventObject::Todos(list.clone()),
+            ancestors: Vec::new(),
+            previous_parent_session_id: String::new(),
+            previous_ancestors: Vec::new(),
+        }
+    }
+
+    /// Whether the event concerns `root` or a session below it, now or
+    /// (for a move) before.
+    pub fn in_tree(&self, root: &str) -> bool {
+        !self.session_id.is_empty()
+            && (self.session_id == root
+                || self.ancestors.iter().any(|a| a == root)
+                || self.previous_ancestors.iter().any(|a| a == root))
+    }
+}
+
+/// Every event of one committed revision; a revision is never split.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Revision {
+    pub revision: u64,
+    pub time: Micros,
+    pub events: Vec<Event>,
+}
+
+/// A page of session ids.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SessionPage {
+    pub sessions: Vec<Session>,
+    /// The last id of this page when more may follow.
+    pub next_after: Option<String>,
+}

@@ -1,0 +1,180 @@
+//! The storage seam: what the mutations in [`crate::ops`] need from a
+//! database ([`ReadView`], [`WriteView`]: plain reads and writes inside one
+//! transaction), and what the store needs from an engine ([`Backend`]: run
+//! reads on a snapshot, commit writes durably, feed the hub).
+//!
+//! The embedded redb engine ([`crate::embedded`]) implements both; another
+//! engine (a distributed KV store) implements them over its own
+//! transactions, and the rules, the mutations and the server stay as they
+//! are.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use cairn_core::Micros;
+use cairn_core::error::{Error, Result};
+use cairn_core::plan_mode::HistoryEntry;
+use cairn_core::session::Session;
+use tokio::sync::watch;
+
+use crate::health::Condition;
+use crate::records::{Event, PlanRecord, Revision, SessionPage, TodoRecord};
+
+/// Reads, from a snapshot or from inside a write.
+pub trait ReadView {
+    /// Last committed (or, inside a write, last assigned) revision.
+    fn revision(&self) -> Result<u64>;
+    /// Oldest revision still in the event log minus one.
+    fn compact_revision(&self) -> Result<u64>;
+    fn session(&self, id: &str) -> Result<Option<Session>>;
+    /// Ids of direct children, ordered.
+    fn children(&self, id: &str) -> Result<Vec<String>>;
+    /// Sessions ordered by id, strictly after `after`.
+    fn sessions_after(&self, after: Option<&str>, limit: usize) -> Result<SessionPage>;
+    fn plan(&self, session_id: &str) -> Result<Option<PlanRecord>>;
+    /// History entries from sequence number `from`: at most `limit`, and
+    /// no more once `max_bytes` of records are read (but always one). Also
+    /// the sequence number of the next entry, if there is one.
+    fn history(
+        &self,
+        session_id: &str,
+        from: u64,
+        limit: usize,
+        max_bytes: usize,
+    ) -> Result<(Vec<HistoryEntry>, Option<u64>)>;
+    fn todos(&self, agent_id: &str) -> Result<Option<TodoRecord>>;
+    /// Every agent's todo list, by agent id.
+    fn all_todos(&self) -> Result<Vec<TodoRecord>>;
+    /// Logged revisions from `from` (inclusive): at most `limit`, and no
+    /// more once `max_bytes` of records are read (but always one), so a
+    /// reader's memory is bounded whatever the revisions hold.
+    fn revisions_from(&self, from: u64, limit: usize, max_bytes: usize) -> Result<Vec<Revision>>;
+    /// Commit times of logged revisions from `from` (inclusive), at most
+    /// `limit`, in revision order.
+    fn revision_times(&self, from: u64, limit: usize) -> Result<Vec<(u64, Micros)>>;
+}
+
+/// Writes inside one transaction.
+pub trait WriteView: ReadView {
+    fn put_session(&mut self, s: &Session) -> Result<()>;
+    fn delete_session(&mut self, id: &str) -> Result<()>;
+    fn put_child(&mut self, parent: &str, child: &str) -> Result<()>;
+    fn delete_child(&mut self, parent: &str, child: &str) -> Result<()>;
+    fn put_plan(&mut self, p: &PlanRecord) -> Result<()>;
+    fn delete_plan(&mut self, session_id: &str) -> Result<()>;
+    fn put_history(&mut self, session_id: &str, seq: u64, e: &HistoryEntry) -> Result<()>;
+    fn delete_history(&mut self, session_id: &str) -> Result<()>;
+    fn put_todos(&mut self, t: &TodoRecord) -> Result<()>;
+    /// Appends a revision to the log and makes it the current revision.
+    fn append_revision(&mut self, r: &Revision) -> Result<()>;
+    /// Drops logged revisions up to `upto` and records the compact revision.
+    fn compact_log(&mut self, upto: u64) -> Result<()>;
+}
+
+/// What an op sees inside its transaction.
+pub struct Ctx<'a> {
+    /// The transaction.
+    pub view: &'a mut dyn WriteView,
+    /// Server time of this batch; every timestamp an op writes comes from it.
+    pub now: Micros,
+    revision: u64,
+    staged: &'a mut Vec<Arc<Revision>>,
+    /// Set by maintenance ops that write without a revision (compaction),
+    /// so the batch is committed even if no mutation in it logged one.
+    maintenance: bool,
+}
+
+impl<'a> Ctx<'a> {
+    /// An op's context in a transaction whose last revision is `revision`;
+    /// committed revisions are staged for the hub.
+    pub fn new(
+        view: &'a mut dyn WriteView,
+        now: Micros,
+        revision: u64,
+        staged: &'a mut Vec<Arc<Revision>>,
+    ) -> Self {
+        Ctx {
+            view,
+            now,
+            revision,
+            staged,
+            maintenance: false,
+        }
+    }
+
+    /// The revision the op's changes get when it calls [`Ctx::commit`].
+    pub fn next_revision(&self) -> u64 {
+        self.revision + 1
+    }
+
+    /// The last revision assigned in this transaction.
+    pub fn revision(&self) -> u64 {
+        self.revision
+    }
+
+    /// Whether a maintenance op wrote without a revision.
+    pub fn wrote_maintenance(&self) -> bool {
+        self.maintenance
+    }
+
+    /// Removes logged revisions up to `upto` (inclusive) and records it as
+    /// the compact revision. Not a mutation: no revision, no event.
+    pub fn compact_log(&mut self, upto: u64) -> Result<()> {
+        self.view.compact_log(upto)?;
+        self.maintenance = true;
+        Ok(())
+    }
+
+    /// Ends a successful op: logs its events under the next revision and
+    /// returns that revision.
+    pub fn commit(&mut self, events: Vec<Event>) -> Result<u64> {
+        let rev = Arc::new(Revision {
+            revision: self.revision + 1,
+            time: self.now,
+            events,
+        });
+        self.view.append_revision(&rev)?;
+        self.revision = rev.revision;
+        self.staged.push(rev);
+        Ok(self.revision)
+    }
+}
+
+/// Answers a read with the snapshot it ran on.
+pub type ReadJob = Box<dyn FnOnce(&dyn ReadView) + Send>;
+
+/// Called once a write's batch is settled: `Ok` once the commit holding it
+/// is durable, or the error that failed the batch.
+pub type Finisher = Box<dyn FnOnce(&Result<()>) + Send>;
+
+/// A write as an engine runs it. It may run more than once (an engine with
+/// optimistic transactions retries on conflict); it gets the transaction,
+/// or `None` when its batch already failed. Besides its finisher it
+/// returns the error that leaves the transaction unusable (a storage
+/// failure or a panic part way through its writes), if any.
+pub type WriteJob = Box<dyn FnMut(Option<&mut Ctx<'_>>) -> (Finisher, Option<Error>) + Send>;
+
+/// A boxed future, for object-safe engine methods.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// A storage engine behind the store.
+pub trait Backend: Send + Sync + 'static {
+    /// Runs `job` on a consistent snapshot, off the async workers.
+    fn read(&self, job: ReadJob) -> Result<()>;
+    /// Queues `job` (about `bytes` of input) for a durable commit; waits
+    /// while the queue is full. The job's finisher answers the caller.
+    fn write(&self, job: WriteJob, bytes: usize) -> BoxFuture<'_, Result<()>>;
+    /// Last committed revision.
+    fn revision(&self) -> u64;
+    /// Whether the engine can serve, for health checks.
+    fn condition(&self) -> watch::Receiver<Condition>;
+    /// Where the data lives, for logs and messages.
+    fn describe(&self) -> String;
+    /// Names the data in a storage error and notes what the error says
+    /// about the engine (corruption turns health `NOT_SERVING` for good).
+    fn observe(&self, e: Error) -> Error;
+    /// Commits what is queued, stops, and releases the data (a file, a
+    /// connection). Idempotent.
+    fn close(&self) -> BoxFuture<'_, ()>;
+}

@@ -1,0 +1,161 @@
+//! [`Store`]: the handle the server holds, an engine behind the
+//! [`Backend`] seam and the hub it feeds.
+
+use std::sync::Arc;
+
+use cairn_core::error::{Error, Result};
+use tokio::sync::oneshot;
+
+use crate::embedded::{Embedded, StoreOptions};
+use crate::health::{Condition, guard};
+use crate::hub::Hub;
+use crate::seam::{Backend, Ctx, Finisher, ReadJob, ReadView, WriteJob};
+
+/// A cheap, cloneable handle to the store: an engine and its hub.
+#[derive(Clone)]
+pub struct Store {
+    backend: Arc<dyn Backend>,
+    hub: Arc<Hub>,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store")
+            .field("data", &self.backend.describe())
+            .field("revision", &self.revision())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Store {
+    /// Opens the embedded redb store (blocking: call before serving, or
+    /// off the runtime).
+    pub fn open(opts: &StoreOptions) -> Result<Self> {
+        let (backend, hub) = Embedded::open(opts)?;
+        Ok(Store::new(Arc::new(backend), hub))
+    }
+
+    /// A store over an engine that feeds `hub`.
+    pub fn new(backend: Arc<dyn Backend>, hub: Arc<Hub>) -> Self {
+        Store { backend, hub }
+    }
+
+    /// Where the data lives (a file, endpoints), for logs.
+    pub fn describe(&self) -> String {
+        self.backend.describe()
+    }
+
+    /// Last committed revision.
+    pub fn revision(&self) -> u64 {
+        self.backend.revision()
+    }
+
+    /// The fan-out of committed revisions to watchers.
+    pub fn hub(&self) -> &Arc<Hub> {
+        &self.hub
+    }
+
+    /// Follows whether the store can serve (for health checks).
+    pub fn condition(&self) -> tokio::sync::watch::Receiver<Condition> {
+        self.backend.condition()
+    }
+
+    /// Runs `op` in a write transaction and answers once the commit holding
+    /// it is durable. `op` must validate before it writes and call
+    /// [`Ctx::commit`] exactly once when it changed something. It may run
+    /// more than once (an engine may retry it on a conflict), so it must
+    /// not consume what it captured. `bytes` is about the size of its
+    /// input, so that one batch stays within the commit byte budget.
+    pub async fn write<T, F>(&self, bytes: usize, mut op: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnMut(&mut Ctx<'_>) -> Result<T> + Send + 'static,
+    {
+        let (tx, rx) = oneshot::channel();
+        let mut tx = Some(tx);
+        let job: WriteJob = Box::new(move |ctx| {
+            let out = match ctx {
+                // A panic (say, a corrupt page) fails this op, and with it the
+                // batch, whose transaction is in an unknown state.
+                Some(ctx) => guard(|| op(ctx)),
+                None => Err(Error::Storage("the batch failed before this op ran".into())),
+            };
+            let poisons_batch = match &out {
+                Err(
+                    e @ (Error::Storage(_)
+                    | Error::DataLoss { .. }
+                    | Error::DiskFull { .. }
+                    | Error::Unavailable(_)
+                    | Error::Internal(_)),
+                ) => Some(e.clone()),
+                _ => None,
+            };
+            let tx = tx.take();
+            let finish: Finisher = Box::new(move |commit: &Result<()>| {
+                let reply = match (commit, out) {
+                    (Ok(()), out) => out,
+                    (Err(e), _) => Err(e.clone()),
+                };
+                // The caller may have gone away; the mutation stands anyway.
+                if let Some(tx) = tx {
+                    let _ = tx.send(reply);
+                }
+            });
+            (finish, poisons_batch)
+        });
+        self.backend.write(job, bytes).await?;
+        rx.await
+            .map_err(|_| Error::ShuttingDown)?
+            .map_err(|e| self.backend.observe(e))
+    }
+
+    /// Runs `f` on a read snapshot, off the async workers. Reads that
+    /// arrive together may share one snapshot.
+    pub async fn read<T, F>(&self, f: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&dyn ReadView) -> Result<T> + Send + 'static,
+    {
+        let (tx, rx) = oneshot::channel();
+        let job: ReadJob = Box::new(move |view: &dyn ReadView| {
+            // The caller may have gone away; nothing to undo for a read.
+            let _ = tx.send(guard(|| f(view)));
+        });
+        self.backend.read(job)?;
+        rx.await
+            .map_err(|_| Error::ShuttingDown)?
+            .map_err(|e| self.backend.observe(e))
+    }
+
+    /// Commits what is queued, stops the engine and releases its data.
+    /// Later writes fail with `ShuttingDown`. Idempotent.
+    pub async fn close(&self) {
+        self.backend.close().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn panics_fail_one_request_and_never_a_worker() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut opts = StoreOptions::new(dir.path());
+        opts.reader_threads = 1;
+        let store = Store::open(&opts).unwrap();
+        for _ in 0..5 {
+            let r: Result<()> = store.read(|_| panic!("a bug in a read")).await;
+            assert!(matches!(r, Err(Error::Internal(m)) if m.contains("a bug in a read")));
+            let w: Result<()> = store.write(0, |_| panic!("a bug in a write")).await;
+            assert!(matches!(w, Err(Error::Internal(m)) if m.contains("a bug in a write")));
+        }
+        // The one reader and the writer are still there.
+        assert_eq!(store.read(|v| v.revision()).await.unwrap(), 0);
+        let rev = store.write(0, |ctx| ctx.commit(Vec::new())).await.unwrap();
+        assert_eq!(rev, 1);
+        // A bug is not corruption: health stays as it was.
+        assert_eq!(*store.condition().borrow(), Condition::Serving);
+        store.close().await;
+    }
+}

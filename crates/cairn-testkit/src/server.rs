@@ -1,0 +1,107 @@
+//! The real server in-process on `127.0.0.1:0`, a real redb file in a temp
+//! dir, reached through the generated clients.
+
+use std::net::SocketAddr;
+
+use cairn_api::plan_service_client::PlanServiceClient;
+use cairn_api::session_service_client::SessionServiceClient;
+use cairn_api::todo_service_client::TodoServiceClient;
+use cairn_server::{Policy, ServeError, ServerConfig, serve};
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+use tonic::transport::Channel;
+
+/// A running server and the temp dir holding its database.
+pub struct TestServer {
+    pub addr: SocketAddr,
+    pub config: ServerConfig,
+    shutdown: Option<oneshot::Sender<()>>,
+    handle: Option<JoinHandle<Result<(), ServeError>>>,
+    dir: Option<tempfile::TempDir>,
+}
+
+impl TestServer {
+    /// A server with default settings on a fresh data dir.
+    pub async fn start() -> Self {
+        Self::start_with(|_| {}).await
+    }
+
+    /// A server on a fresh data dir, with settings adjusted by `f`.
+    pub async fn start_with(f: impl FnOnce(&mut Policy)) -> Self {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut config = ServerConfig::new(dir.path().join("data"));
+        f(&mut config.policy);
+        Self::launch(config, dir).await
+    }
+
+    /// A server on a fresh data dir with the whole configuration adjusted.
+    pub async fn start_config(f: impl FnOnce(&mut ServerConfig)) -> Self {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut config = ServerConfig::new(dir.path().join("data"));
+        f(&mut config);
+        Self::launch(config, dir).await
+    }
+
+    async fn launch(config: ServerConfig, dir: tempfile::TempDir) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let (tx, rx) = oneshot::channel::<()>();
+        let handle = tokio::spawn(serve(listener, config.clone(), async {
+            let _ = rx.await;
+        }));
+        TestServer {
+            addr,
+            config,
+            shutdown: Some(tx),
+            handle: Some(handle),
+            dir: Some(dir),
+        }
+    }
+
+    /// Stops gracefully and waits until the database is closed.
+    pub async fn stop(&mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        if let Some(h) = self.handle.take() {
+            h.await.expect("server task").expect("server result");
+        }
+    }
+
+    /// Stops, then starts a new server on the same data dir.
+    pub async fn restart(mut self) -> Self {
+        self.stop().await;
+        let dir = self.dir.take().expect("dir");
+        Self::launch(self.config.clone(), dir).await
+    }
+
+    /// A connected channel; retries briefly while the listener task starts.
+    pub async fn channel(&self) -> Channel {
+        Channel::from_shared(format!("http://{}", self.addr))
+            .expect("uri")
+            .connect()
+            .await
+            .expect("connect")
+    }
+
+    pub async fn sessions(&self) -> SessionServiceClient<Channel> {
+        SessionServiceClient::new(self.channel().await)
+    }
+
+    pub async fn plans(&self) -> PlanServiceClient<Channel> {
+        PlanServiceClient::new(self.channel().await)
+    }
+
+    pub async fn todos(&self) -> TodoServiceClient<Channel> {
+        TodoServiceClient::new(self.channel().await)
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+    }
+}
