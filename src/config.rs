@@ -11,7 +11,9 @@ use clap::{Parser, Subcommand, ValueEnum};
 
 use cairn_core::Limits;
 use cairn_core::duration::parse_duration;
+use cairn_server::auth::AuthMode;
 use cairn_server::conn::ConnLimits;
+use cairn_server::tls::TlsFiles;
 use cairn_server::{DEFAULT_BLOCKED_TOOLS, DEFAULT_MAX_REQUEST_BYTES, Policy, ServerConfig};
 use cairn_store::StoreOptions;
 use cairn_store::compactor::Retention;
@@ -69,6 +71,13 @@ pub enum Command {
         #[command(flatten)]
         client: cairn_client::cli::ClientArgs,
     },
+    /// Principals and their tokens (admin only, except `whoami`).
+    Principal {
+        #[command(subcommand)]
+        cmd: cairn_client::cli::PrincipalCmd,
+        #[command(flatten)]
+        client: cairn_client::cli::ClientArgs,
+    },
     /// Follow changes live; `--tree` shows a board of a session tree.
     Watch {
         #[command(flatten)]
@@ -83,6 +92,15 @@ pub enum Command {
         #[command(flatten)]
         client: cairn_client::cli::ClientArgs,
     },
+}
+
+/// `--auth` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum AuthArg {
+    /// No authentication (loopback only, unless --allow-unauthenticated).
+    Off,
+    /// Bearer tokens of principals.
+    Token,
 }
 
 /// `cairn serve` flags.
@@ -166,6 +184,26 @@ pub struct ServeArgs {
     /// Verify every page of the database when starting (reads the whole file once).
     #[arg(long, env = "CAIRN_CHECK_INTEGRITY", default_value_t = true, action = clap::ArgAction::Set)]
     pub check_integrity: bool,
+    /// How callers authenticate: `off` (loopback only, unless
+    /// --allow-unauthenticated) or `token` (bearer tokens of principals).
+    #[arg(long, env = "CAIRN_AUTH", value_enum, default_value_t = AuthArg::Off)]
+    pub auth: AuthArg,
+    /// File whose trimmed contents are the bootstrap admin's token (a mounted secret).
+    #[arg(long, env = "CAIRN_ADMIN_TOKEN_FILE")]
+    pub admin_token_file: Option<PathBuf>,
+    /// Accept serving with --auth off on addresses other than loopback:
+    /// anyone who reaches it may do anything.
+    #[arg(long, env = "CAIRN_ALLOW_UNAUTHENTICATED")]
+    pub allow_unauthenticated: bool,
+    /// Certificate chain (PEM) to serve TLS with, on both listeners.
+    #[arg(long, env = "CAIRN_TLS_CERT", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// Its private key (PEM).
+    #[arg(long, env = "CAIRN_TLS_KEY", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// CA (PEM) that client certificates must chain to: mutual TLS.
+    #[arg(long, env = "CAIRN_TLS_CLIENT_CA", requires = "tls_cert")]
+    pub tls_client_ca: Option<PathBuf>,
     /// Origins besides the listen address that may use the dashboard, e.g.
     /// `https://cairn.example.com` behind a reverse proxy (comma-separated).
     #[arg(long, env = "CAIRN_WEB_ORIGINS", value_delimiter = ',')]
@@ -217,6 +255,21 @@ impl ServeArgs {
                 drain_timeout: self.drain_timeout,
             },
             max_request_bytes: self.max_request_bytes.max(1024),
+            auth: match self.auth {
+                AuthArg::Off => AuthMode::Off,
+                AuthArg::Token => AuthMode::Token,
+            },
+            admin_token_file: self.admin_token_file.clone(),
+            allow_unauthenticated: self.allow_unauthenticated,
+            tls: self
+                .tls_cert
+                .clone()
+                .zip(self.tls_key.clone())
+                .map(|(cert, key)| TlsFiles {
+                    cert,
+                    key,
+                    client_ca: self.tls_client_ca.clone(),
+                }),
         }
     }
 }

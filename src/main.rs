@@ -37,6 +37,9 @@ async fn main() -> ExitCode {
         Command::Session { cmd, client } => finish(cairn_client::cli::session(&client, cmd).await),
         Command::Plan { cmd, client } => finish(cairn_client::cli::plan(&client, cmd).await),
         Command::Todo { cmd, client } => finish(cairn_client::cli::todo(&client, cmd).await),
+        Command::Principal { cmd, client } => {
+            finish(cairn_client::cli::principal(&client, cmd).await)
+        }
         Command::Watch { args, client } => finish(cairn_client::cli::watch(&client, args).await),
         Command::Wait { args, client } => finish(cairn_client::cli::wait(&client, args).await),
         Command::Mcp(args) => match cairn_client::mcp::run(args).await {

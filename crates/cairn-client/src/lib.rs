@@ -4,11 +4,13 @@
 //! - [`cli`]: the `cairn` subcommands (sessions, plans, todos, watch and
 //!   its live board, wait);
 //! - [`mcp`]: `cairn mcp`, the planning tools over MCP for one agent;
+//! - [`conn`]: reaching the server: TLS, the bearer token, deadlines;
 //! - [`view`]: what both share: names of statuses and enums and their
 //!   parsing, the JSON shapes agents write and read, timestamps, progress.
 //!
 //! It speaks only the API: it must never import the store or the server.
 
 pub mod cli;
+pub mod conn;
 pub mod mcp;
 pub mod view;

@@ -169,6 +169,34 @@ pub fn parse_complexity(field: &str, name: Option<&str>) -> Result<pb::Complexit
     }
 }
 
+/// The name of a role.
+pub fn role_name(r: pb::Role) -> &'static str {
+    match r {
+        pb::Role::Admin => "admin",
+        pb::Role::Orchestrator => "orchestrator",
+        pb::Role::Agent => "agent",
+        pb::Role::Approver => "approver",
+        pb::Role::Viewer => "viewer",
+        pb::Role::Unspecified => "unspecified",
+    }
+}
+
+/// A role from its name.
+pub fn parse_role(field: &str, name: &str) -> Result<pb::Role, String> {
+    match name {
+        "admin" => Ok(pb::Role::Admin),
+        "orchestrator" => Ok(pb::Role::Orchestrator),
+        "agent" => Ok(pb::Role::Agent),
+        "approver" => Ok(pb::Role::Approver),
+        "viewer" => Ok(pb::Role::Viewer),
+        other => Err(unknown(
+            field,
+            other,
+            "admin, orchestrator, agent, approver or viewer",
+        )),
+    }
+}
+
 /// The name of a plan mode, as agents read it (`awaiting_approval`).
 pub fn mode_name(m: pb::PlanMode) -> &'static str {
     match m {

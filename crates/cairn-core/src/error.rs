@@ -84,6 +84,14 @@ pub enum Error {
     #[error("Session {0} not found")]
     SessionNotFound(String),
 
+    /// `CreatePrincipal` with a taken id.
+    #[error("Principal {0} already exists")]
+    PrincipalExists(String),
+
+    /// An unknown principal.
+    #[error("Principal {0} not found")]
+    PrincipalNotFound(String),
+
     /// A parent that does not exist.
     #[error("Parent session {0} not found")]
     ParentNotFound(String),
@@ -124,6 +132,14 @@ pub enum Error {
     )]
     RevisionNotYet { requested: u64, next: u64 },
 
+    /// The caller named no principal, or a token the server does not know.
+    #[error("{0}")]
+    Unauthenticated(String),
+
+    /// A known principal asked for something outside its rights.
+    #[error("{message}")]
+    PermissionDenied { reason: Denial, message: String },
+
     /// The server is shutting down and takes no more writes.
     #[error("the server is shutting down")]
     ShuttingDown,
@@ -148,6 +164,28 @@ pub enum Error {
     /// A bug: something that should not happen did (a panic, caught).
     #[error("internal error: {0}")]
     Internal(String),
+}
+
+/// Why a known principal was refused, as a stable reason.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Denial {
+    /// The resource lies outside the principal's sessions or agents.
+    NotInScope,
+    /// None of the principal's roles grants the action.
+    RoleRequired,
+    /// The principal submitted what it would approve.
+    SelfApproval,
+}
+
+impl Denial {
+    /// The `ErrorInfo` reason.
+    pub fn reason(self) -> &'static str {
+        match self {
+            Denial::NotInScope => "NOT_IN_SCOPE",
+            Denial::RoleRequired => "ROLE_REQUIRED",
+            Denial::SelfApproval => "SELF_APPROVAL",
+        }
+    }
 }
 
 impl Error {

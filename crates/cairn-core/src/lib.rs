@@ -10,6 +10,7 @@
 //! - [`plan_mode`]: the plan-mode state machine, step dependencies,
 //!   modifications, and which tools are blocked while planning;
 //! - [`todo`]: the per-agent todo merge;
+//! - [`access`]: who may do what: principals, roles, scopes;
 //! - [`error`]: every way a request can fail, with the exact texts.
 //!
 //! It must never import tonic, tokio, redb or prost (its manifest has none
@@ -20,6 +21,7 @@
 //! `#[serde(default)]` so records written by an older Cairn still load after
 //! a field is added.
 
+pub mod access;
 pub mod duration;
 pub mod error;
 pub mod limits;

@@ -83,6 +83,9 @@ pub struct PendingPlan {
     pub plan_id: String,
     pub plan: ImplementationPlan,
     pub submit_time: Micros,
+    /// The principal that submitted it (empty with authentication off),
+    /// who may not approve it.
+    pub submitted_by: String,
 }
 
 /// Record of one completed step.
@@ -106,6 +109,9 @@ pub struct Modification {
     pub new_files: Vec<String>,
     pub new_verification: Option<String>,
     pub create_time: Micros,
+    /// The principal that requested it (empty with authentication off),
+    /// who may not approve it.
+    pub submitted_by: String,
 }
 
 /// The approved plan being executed.
@@ -397,6 +403,7 @@ impl SessionPlan {
         &mut self,
         plan: ImplementationPlan,
         plan_id: String,
+        submitted_by: String,
         now: Micros,
         limits: &Limits,
     ) -> Result<&PendingPlan> {
@@ -409,6 +416,7 @@ impl SessionPlan {
             plan_id,
             plan,
             submit_time: now,
+            submitted_by,
         }))
     }
 
@@ -424,6 +432,9 @@ impl SessionPlan {
             return Err(Error::NoPendingPlan);
         }
         limits.check_text(|| "approver".into(), &approver)?;
+        if let Some(pending) = &self.mode.pending {
+            refuse_self(&pending.submitted_by, &approver, "plan")?;
+        }
         let Some(pending) = self.mode.pending.take() else {
             return Err(Error::NoPendingPlan);
         };
@@ -450,11 +461,20 @@ impl SessionPlan {
     }
 
     /// `plan_reject`: back to NORMAL; the pending plan goes to history.
-    pub fn reject(&mut self, reason: String, now: Micros, limits: &Limits) -> Result<HistoryEntry> {
+    pub fn reject(
+        &mut self,
+        reason: String,
+        by: &str,
+        now: Micros,
+        limits: &Limits,
+    ) -> Result<HistoryEntry> {
         if self.mode.mode != Mode::AwaitingApproval {
             return Err(Error::NoPendingPlan);
         }
         limits.check_text(|| "reason".into(), &reason)?;
+        if let Some(pending) = &self.mode.pending {
+            refuse_self(&pending.submitted_by, by, "plan")?;
+        }
         let Some(pending) = self.mode.pending.take() else {
             return Err(Error::NoPendingPlan);
         };
@@ -561,6 +581,7 @@ impl SessionPlan {
         new_description: String,
         new_files: Vec<String>,
         new_verification: Option<String>,
+        submitted_by: String,
         now: Micros,
         limits: &Limits,
     ) -> Result<&Modification> {
@@ -594,6 +615,7 @@ impl SessionPlan {
             new_files,
             new_verification,
             create_time: now,
+            submitted_by,
         });
         Ok(self
             .mode
@@ -603,8 +625,13 @@ impl SessionPlan {
     }
 
     /// Applies a pending modification to its step and the checklist.
-    pub fn approve_modification(&mut self, modification_id: u32) -> Result<()> {
+    pub fn approve_modification(&mut self, modification_id: u32, by: &str) -> Result<()> {
         let pos = self.pending_modification(modification_id)?;
+        refuse_self(
+            &self.mode.modifications[pos].submitted_by,
+            by,
+            "modification",
+        )?;
         let active = self.mode.active.as_mut().ok_or(Error::NoActivePlan)?;
         let m = &self.mode.modifications[pos];
         if active.completed_ids().contains(&m.step_id) {
@@ -637,8 +664,13 @@ impl SessionPlan {
     }
 
     /// Drops a pending modification.
-    pub fn reject_modification(&mut self, modification_id: u32) -> Result<()> {
+    pub fn reject_modification(&mut self, modification_id: u32, by: &str) -> Result<()> {
         let pos = self.pending_modification(modification_id)?;
+        refuse_self(
+            &self.mode.modifications[pos].submitted_by,
+            by,
+            "modification",
+        )?;
         self.mode.modifications.remove(pos);
         Ok(())
     }
@@ -662,6 +694,21 @@ impl SessionPlan {
             None => self.mode.mode == Mode::Normal && self.checklist.is_complete(),
         }
     }
+}
+
+/// A principal may not decide on what it submitted itself (with
+/// authentication off, submissions name nobody and anyone decides).
+fn refuse_self(submitted_by: &str, by: &str, what: &str) -> Result<()> {
+    if !submitted_by.is_empty() && submitted_by == by {
+        return Err(Error::PermissionDenied {
+            reason: crate::error::Denial::SelfApproval,
+            message: format!(
+                "principal {} submitted this {what} and may not decide on it: another approver must",
+                crate::error::excerpt(by)
+            ),
+        });
+    }
+    Ok(())
 }
 
 fn history_of(active: ActivePlan) -> HistoryEntry {
@@ -767,7 +814,8 @@ mod tests {
         let l = Limits::default();
         let mut s = SessionPlan::default();
         s.enter("goal".into(), String::new(), &l).unwrap();
-        s.exit(plan(steps), "plan_x".into(), 1, &l).unwrap();
+        s.exit(plan(steps), "plan_x".into(), String::new(), 1, &l)
+            .unwrap();
         s.approve("alice".into(), 2, &l).unwrap();
         s
     }
@@ -793,7 +841,7 @@ mod tests {
         let l = Limits::default();
         let mut s = SessionPlan::default();
         assert_eq!(
-            s.exit(plan(vec![step(1, &[])]), "p".into(), 0, &l)
+            s.exit(plan(vec![step(1, &[])]), "p".into(), String::new(), 0, &l)
                 .unwrap_err(),
             Error::NotInPlanMode
         );
@@ -802,7 +850,8 @@ mod tests {
             s.enter("g".into(), String::new(), &l),
             Err(Error::AlreadyInPlanMode)
         );
-        s.exit(plan(vec![step(1, &[])]), "p".into(), 0, &l).unwrap();
+        s.exit(plan(vec![step(1, &[])]), "p".into(), String::new(), 0, &l)
+            .unwrap();
         assert_eq!(s.mode.mode, Mode::AwaitingApproval);
         assert_eq!(
             s.enter("g".into(), String::new(), &l)
@@ -810,11 +859,14 @@ mod tests {
                 .to_string(),
             "A plan is awaiting approval. Approve or reject it before entering plan mode again."
         );
-        let entry = s.reject("too broad".into(), 5, &l).unwrap();
+        let entry = s.reject("too broad".into(), "", 5, &l).unwrap();
         assert_eq!(entry.outcome, Outcome::Rejected);
         assert_eq!(entry.reason, "too broad");
         assert_eq!(s.mode.mode, Mode::Normal);
-        assert_eq!(s.reject(String::new(), 6, &l), Err(Error::NoPendingPlan));
+        assert_eq!(
+            s.reject(String::new(), "", 6, &l),
+            Err(Error::NoPendingPlan)
+        );
         assert!(matches!(
             s.approve(String::new(), 6, &l),
             Err(Error::NoPendingPlan)
@@ -827,7 +879,10 @@ mod tests {
         let mut s = SessionPlan::default();
         s.enter("g".into(), String::new(), &l).unwrap();
         let before = s.clone();
-        assert!(s.exit(plan(vec![]), "p".into(), 0, &l).is_err());
+        assert!(
+            s.exit(plan(vec![]), "p".into(), String::new(), 0, &l)
+                .is_err()
+        );
         assert_eq!(s, before);
         let mut a = approved(vec![step(1, &[]), step(2, &[1])]);
         let before = a.clone();
@@ -956,6 +1011,7 @@ mod tests {
                 "use v2 API".into(),
                 vec!["b.rs".into()],
                 None,
+                String::new(),
                 3,
                 &l,
             )
@@ -966,10 +1022,10 @@ mod tests {
             "step 2"
         );
         assert_eq!(
-            s.approve_modification(id + 7),
+            s.approve_modification(id + 7, ""),
             Err(Error::ModificationNotFound(id + 7))
         );
-        s.approve_modification(id).unwrap();
+        s.approve_modification(id, "").unwrap();
         let active = s.mode.active.as_ref().unwrap();
         assert_eq!(active.plan.steps[1].description, "use v2 API");
         assert_eq!(active.plan.steps[1].files, vec!["b.rs".to_string()]);
@@ -978,26 +1034,89 @@ mod tests {
         assert!(s.mode.modifications.is_empty());
 
         let id2 = s
-            .modify(1, "r".into(), "d".into(), vec![], Some("v".into()), 4, &l)
+            .modify(
+                1,
+                "r".into(),
+                "d".into(),
+                vec![],
+                Some("v".into()),
+                String::new(),
+                4,
+                &l,
+            )
             .unwrap()
             .id;
         assert!(id2 > id);
-        s.reject_modification(id2).unwrap();
+        s.reject_modification(id2, "").unwrap();
         assert_eq!(
             s.mode.active.as_ref().unwrap().plan.steps[0].description,
             "step 1"
         );
         s.complete_step(1, "ok".into(), 5, &l).unwrap();
         assert_eq!(
-            s.modify(1, "r".into(), "d".into(), vec![], None, 6, &l)
-                .unwrap_err(),
+            s.modify(
+                1,
+                "r".into(),
+                "d".into(),
+                vec![],
+                None,
+                String::new(),
+                6,
+                &l
+            )
+            .unwrap_err(),
             Error::StepAlreadyCompleted(1)
         );
         assert_eq!(
-            s.modify(5, "r".into(), "d".into(), vec![], None, 6, &l)
-                .unwrap_err(),
+            s.modify(
+                5,
+                "r".into(),
+                "d".into(),
+                vec![],
+                None,
+                String::new(),
+                6,
+                &l
+            )
+            .unwrap_err(),
             Error::StepNotFound(5)
         );
+    }
+
+    #[test]
+    fn nobody_decides_on_their_own_submission() {
+        let l = Limits::default();
+        let mut s = SessionPlan::default();
+        s.enter("g".into(), String::new(), &l).unwrap();
+        s.exit(plan(vec![step(1, &[])]), "p".into(), "coder".into(), 1, &l)
+            .unwrap();
+        let own = s.approve("coder".into(), 2, &l).unwrap_err();
+        assert!(matches!(
+            own,
+            Error::PermissionDenied {
+                reason: crate::error::Denial::SelfApproval,
+                ..
+            }
+        ));
+        assert!(s.reject("no".into(), "coder", 2, &l).is_err());
+        assert_eq!(s.mode.mode, Mode::AwaitingApproval, "nothing changed");
+        s.approve("lead".into(), 3, &l).unwrap();
+        let id = s
+            .modify(
+                1,
+                "r".into(),
+                "d".into(),
+                vec![],
+                None,
+                "coder".into(),
+                4,
+                &l,
+            )
+            .unwrap()
+            .id;
+        assert!(s.approve_modification(id, "coder").is_err());
+        assert!(s.reject_modification(id, "coder").is_err());
+        s.approve_modification(id, "lead").unwrap();
     }
 
     #[test]
@@ -1008,6 +1127,7 @@ mod tests {
         s.exit(
             plan(vec![step(1, &[]), step(2, &[])]),
             "plan_y".into(),
+            String::new(),
             3,
             &l,
         )
@@ -1034,7 +1154,8 @@ mod tests {
         assert!(!check_action(&s.mode, &blocked, "cron", "delete").allowed);
         assert!(check_action(&s.mode, &blocked, "cron", "list").allowed);
         assert!(check_action(&s.mode, &blocked, "read_file", "").allowed);
-        s.exit(plan(vec![step(1, &[])]), "p".into(), 0, &l).unwrap();
+        s.exit(plan(vec![step(1, &[])]), "p".into(), String::new(), 0, &l)
+            .unwrap();
         assert!(!check_action(&s.mode, &blocked, "write_file", "").allowed);
         s.approve(String::new(), 1, &l).unwrap();
         assert!(check_action(&s.mode, &blocked, "write_file", "").allowed);

@@ -67,12 +67,14 @@ impl Default for ConnLimits {
     }
 }
 
-/// Serves `svc` on every connection `listener` accepts, within `limits`,
-/// until `shutdown` completes and the connections have drained.
+/// Serves `svc` on every connection `listener` accepts (over TLS with
+/// `tls`), within `limits`, until `shutdown` completes and the connections
+/// have drained.
 pub async fn serve<S, B>(
     listener: TcpListener,
     svc: S,
     limits: ConnLimits,
+    tls: Option<Arc<rustls::ServerConfig>>,
     what: &'static str,
     shutdown: impl Future<Output = ()>,
 ) where
@@ -128,6 +130,7 @@ pub async fn serve<S, B>(
                         builder: Arc::clone(&builder),
                         limits,
                         stopping: stopping.clone(),
+                        tls: tls.clone().map(tokio_rustls::TlsAcceptor::from),
                     };
                     tasks.spawn(conn.run(stream, peer, svc.clone(), slot));
                 }
@@ -238,16 +241,44 @@ struct Connection {
     builder: Arc<auto::Builder<TokioExecutor>>,
     limits: ConnLimits,
     stopping: watch::Receiver<bool>,
+    tls: Option<tokio_rustls::TlsAcceptor>,
 }
 
 impl Connection {
     async fn run<S, B>(
-        mut self,
+        self,
         stream: tokio::net::TcpStream,
         peer: SocketAddr,
         svc: S,
         _slot: tokio::sync::OwnedSemaphorePermit,
     ) where
+        S: tower::Service<Request<Incoming>, Response = Response<B>, Error = Infallible>
+            + Clone
+            + Send
+            + 'static,
+        S::Future: Send + 'static,
+        B: http_body::Body<Data = Bytes> + Send + 'static,
+        B::Error: Into<BoxError>,
+    {
+        match self.tls.clone() {
+            None => self.serve_io(stream, peer, svc).await,
+            Some(acceptor) => {
+                // The handshake counts against the header-read timeout: a
+                // client that never finishes it holds nothing for long.
+                match tokio::time::timeout(self.limits.header_read_timeout, acceptor.accept(stream))
+                    .await
+                {
+                    Ok(Ok(tls)) => self.serve_io(tls, peer, svc).await,
+                    Ok(Err(e)) => tracing::debug!(%peer, error = %e, "TLS handshake failed"),
+                    Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
+                }
+            }
+        }
+    }
+
+    async fn serve_io<IO, S, B>(mut self, io: IO, peer: SocketAddr, svc: S)
+    where
+        IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
         S: tower::Service<Request<Incoming>, Response = Response<B>, Error = Infallible>
             + Clone
             + Send
@@ -266,10 +297,9 @@ impl Connection {
             inner: svc,
             activity: Arc::clone(&activity),
         };
-        let conn = self.builder.serve_connection_with_upgrades(
-            TokioIo::new(stream),
-            TowerToHyperService::new(tracked),
-        );
+        let conn = self
+            .builder
+            .serve_connection_with_upgrades(TokioIo::new(io), TowerToHyperService::new(tracked));
         tokio::pin!(conn);
         let mut tick = tokio::time::interval(Duration::from_millis(250));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

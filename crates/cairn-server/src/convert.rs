@@ -10,6 +10,7 @@ use prost_types::Timestamp;
 
 use cairn_api as pb;
 use cairn_core::Micros;
+use cairn_core::access::{Principal, Role};
 use cairn_core::error::{Error, Result};
 use cairn_core::plan::{ItemInput, PlanItem, PlanUpdate, StepStatus};
 use cairn_core::plan_mode::{
@@ -18,7 +19,7 @@ use cairn_core::plan_mode::{
 };
 use cairn_core::session::Session;
 use cairn_core::todo::{Priority, TodoInput, TodoItem, TodoStatus};
-use cairn_store::records::{EventKind, EventObject, PlanRecord, TodoRecord};
+use cairn_store::records::{EventKind, EventObject, PlanRecord, PrincipalRecord, TodoRecord};
 
 /// Server micros to a proto timestamp; 0 means "never" and maps to unset.
 pub fn timestamp(micros: Micros) -> Option<Timestamp> {
@@ -430,6 +431,72 @@ pub fn todo_list(r: TodoRecord) -> pb::TodoList {
     }
 }
 
+// ---- principals ----
+
+/// A principal as an admin sends it: at least one known role.
+pub fn principal_in(p: pb::Principal) -> Result<Principal> {
+    let pb::Principal {
+        principal_id,
+        roles,
+        agent_ids,
+        session_roots,
+        // Output only.
+        create_time: _,
+        revision: _,
+    } = p;
+    if roles.is_empty() {
+        return Err(Error::invalid("principal.roles", "name at least one role"));
+    }
+    let roles = roles
+        .into_iter()
+        .enumerate()
+        .map(|(i, r)| match pb::Role::try_from(r) {
+            Ok(pb::Role::Admin) => Ok(Role::Admin),
+            Ok(pb::Role::Orchestrator) => Ok(Role::Orchestrator),
+            Ok(pb::Role::Agent) => Ok(Role::Agent),
+            Ok(pb::Role::Approver) => Ok(Role::Approver),
+            Ok(pb::Role::Viewer) => Ok(Role::Viewer),
+            Ok(pb::Role::Unspecified) | Err(_) => Err(unknown_enum(
+                &format!("principal.roles[{i}]"),
+                r,
+                "ROLE_ADMIN, ROLE_ORCHESTRATOR, ROLE_AGENT, ROLE_APPROVER or ROLE_VIEWER",
+            )),
+        })
+        .collect::<Result<_>>()?;
+    Ok(Principal {
+        principal_id,
+        roles,
+        agent_ids: agent_ids.into_iter().collect(),
+        session_roots: session_roots.into_iter().collect(),
+    })
+}
+
+/// A principal for the API: never its token or the token's hash.
+pub fn principal_out(r: &PrincipalRecord) -> pb::Principal {
+    let p = &r.principal;
+    pb::Principal {
+        principal_id: p.principal_id.clone(),
+        roles: p
+            .roles
+            .iter()
+            .map(|r| {
+                match r {
+                    Role::Admin => pb::Role::Admin,
+                    Role::Orchestrator => pb::Role::Orchestrator,
+                    Role::Agent => pb::Role::Agent,
+                    Role::Approver => pb::Role::Approver,
+                    Role::Viewer => pb::Role::Viewer,
+                }
+                .into()
+            })
+            .collect(),
+        agent_ids: p.agent_ids.iter().cloned().collect(),
+        session_roots: p.session_roots.iter().cloned().collect(),
+        create_time: timestamp(r.create_time),
+        revision: r.revision,
+    }
+}
+
 // ---- events ----
 
 /// A delivered event for the API.
@@ -451,18 +518,23 @@ pub fn event(d: crate::watch::Delivered) -> pb::Event {
             EventKind::PlanUpdated => pb::EventType::PlanUpdated,
             EventKind::TodosUpdated => pb::EventType::TodosUpdated,
             EventKind::TodosCleared => pb::EventType::TodosCleared,
+            // Never matched by a watch target: servers follow it, clients
+            // never see it.
+            EventKind::PrincipalChanged => pb::EventType::Unspecified,
         }
         .into(),
-        object: Some(match e.object {
-            EventObject::Session(s) => pb::event::Object::Session(session_out(s)),
-            EventObject::Plan(p) => pb::event::Object::Plan(plan(*p)),
-            EventObject::Todos(t) => pb::event::Object::Todos(todo_list(t)),
-        }),
+        object: match e.object {
+            EventObject::Session(s) => Some(pb::event::Object::Session(session_out(s))),
+            EventObject::Plan(p) => Some(pb::event::Object::Plan(plan(*p))),
+            EventObject::Todos(t) => Some(pb::event::Object::Todos(todo_list(t))),
+            EventObject::Principal(_) => None,
+        },
         session_id: e.session_id,
         parent_session_id: e.parent_session_id,
         agent_id: e.agent_id,
         ancestor_session_ids: e.ancestors,
         previous_parent_session_id: e.previous_parent_session_id,
+        previous_agent_id: e.previous_agent_id,
     }
 }
 

@@ -8,6 +8,7 @@
 //!   [`status`]: errors to gRPC statuses, once;
 //! - [`watch`]: the watch stream (snapshot, replay, live, heartbeats) and
 //!   `Wait`, over the store's hub and log;
+//! - [`auth`]: bearer tokens to principals; [`tls`]: certificates;
 //! - [`web`]: the dashboard (`--web-listen`);
 //! - [`conn`]: the accept loop and its bounds; [`serve`]: putting it all on
 //!   a listener, health included.
@@ -15,11 +16,13 @@
 //! It owns its configuration types ([`ServerConfig`]); it must never import
 //! a client crate or anything of the command line.
 
+pub mod auth;
 pub mod conn;
 pub mod convert;
 pub mod serve;
 pub mod services;
 pub mod status;
+pub mod tls;
 pub mod watch;
 pub mod web;
 

@@ -23,13 +23,16 @@ use cairn_api as pb;
 use cairn_store::compactor::{self, Retention};
 use cairn_store::{Condition, Store, StoreOptions};
 
+use crate::auth::{Auth, AuthMode};
 use crate::conn::{self, ConnLimits};
+use crate::services::auth::AuthApi;
 use crate::services::plan::PlanApi;
 use crate::services::session::SessionApi;
 use crate::services::todo::TodoApi;
 use crate::services::watch::WatchApi;
 use crate::services::{Policy, State};
 use crate::status::ERROR_DOMAIN;
+use crate::tls::{TlsError, TlsFiles};
 
 /// Default largest request a client may send, as gRPC's own default.
 pub const DEFAULT_MAX_REQUEST_BYTES: usize = 4 * 1024 * 1024;
@@ -54,6 +57,15 @@ pub struct ServerConfig {
     pub conn: ConnLimits,
     /// Largest request message accepted, in bytes.
     pub max_request_bytes: usize,
+    /// How callers authenticate.
+    pub auth: AuthMode,
+    /// With token authentication: a file whose trimmed contents are the
+    /// bootstrap admin's token (a mounted secret).
+    pub admin_token_file: Option<std::path::PathBuf>,
+    /// Serve without authentication on addresses other than loopback.
+    pub allow_unauthenticated: bool,
+    /// TLS for both listeners; plaintext when unset.
+    pub tls: Option<TlsFiles>,
 }
 
 impl ServerConfig {
@@ -68,6 +80,10 @@ impl ServerConfig {
             web_origins: Vec::new(),
             conn: ConnLimits::default(),
             max_request_bytes: DEFAULT_MAX_REQUEST_BYTES,
+            auth: AuthMode::Off,
+            admin_token_file: None,
+            allow_unauthenticated: false,
+            tls: None,
         }
     }
 }
@@ -84,11 +100,18 @@ pub enum ServeError {
     /// The web dashboard could not listen or failed.
     #[error("web dashboard: {0}")]
     Web(#[from] std::io::Error),
+    /// The configuration is unsafe or incomplete.
+    #[error("{0}")]
+    Config(String),
+    /// TLS could not be set up.
+    #[error(transparent)]
+    Tls(#[from] TlsError),
 }
 
 /// The names health reports per service.
 const SERVICES: &[&str] = &[
     "",
+    "cairn.v1.AuthService",
     "cairn.v1.SessionService",
     "cairn.v1.PlanService",
     "cairn.v1.TodoService",
@@ -103,6 +126,9 @@ pub async fn serve(
     config: ServerConfig,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), ServeError> {
+    // Refuse an unsafe configuration before touching the store.
+    let listen_addrs = [listener.local_addr().ok(), config.web_listen];
+    check_exposure(&config, &listen_addrs)?;
     let opts = config.store.clone();
     let store = tokio::task::spawn_blocking(move || Store::open(&opts))
         .await
@@ -124,12 +150,67 @@ pub async fn serve(
         }
         None => None,
     };
+    let admin_token = read_admin_token(&config)?;
+    let tls = config
+        .tls
+        .as_ref()
+        .map(TlsFiles::server_config)
+        .transpose()?;
+    let auth = Auth::new(config.auth, admin_token.as_deref(), store.clone());
     let compaction = tokio::spawn(compactor::run(store.clone(), config.retention));
-    let result = serve_store(listener, web, store.clone(), &config, shutdown).await;
+    let result = serve_store(listener, web, store.clone(), auth, tls, &config, shutdown).await;
     compaction.abort();
     store.close().await;
     tracing::info!("cairn stopped");
     result
+}
+
+/// Refuses to serve without authentication where others can reach it.
+fn check_exposure(
+    config: &ServerConfig,
+    addrs: &[Option<std::net::SocketAddr>],
+) -> Result<(), ServeError> {
+    if config.auth == AuthMode::Token {
+        if config.admin_token_file.is_none() {
+            tracing::warn!(
+                "--auth token without --admin-token-file: only principals already in the store can call"
+            );
+        }
+        return Ok(());
+    }
+    let exposed: Vec<String> = addrs
+        .iter()
+        .flatten()
+        .filter(|a| !a.ip().is_loopback())
+        .map(ToString::to_string)
+        .collect();
+    if exposed.is_empty() || config.allow_unauthenticated {
+        if !exposed.is_empty() {
+            tracing::warn!(listen = %exposed.join(","), "serving WITHOUT authentication beyond loopback (--allow-unauthenticated): anyone who reaches it may do anything");
+        }
+        return Ok(());
+    }
+    Err(ServeError::Config(format!(
+        "refusing to listen on {} with --auth off: anyone who can reach it could approve plans, write todos and delete sessions. Use --auth token with --admin-token-file, or accept the risk with --allow-unauthenticated",
+        exposed.join(" and ")
+    )))
+}
+
+/// The bootstrap admin's token, from its file.
+fn read_admin_token(config: &ServerConfig) -> Result<Option<String>, ServeError> {
+    let Some(path) = &config.admin_token_file else {
+        return Ok(None);
+    };
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| ServeError::Config(format!("--admin-token-file {}: {e}", path.display())))?;
+    let token = text.trim().to_owned();
+    if token.len() < 16 {
+        return Err(ServeError::Config(format!(
+            "--admin-token-file {}: the token must be at least 16 characters",
+            path.display()
+        )));
+    }
+    Ok(Some(token))
 }
 
 /// Serves an already opened store (the caller closes it).
@@ -137,6 +218,8 @@ pub async fn serve_store(
     listener: TcpListener,
     web: Option<TcpListener>,
     store: Store,
+    auth: Arc<Auth>,
+    tls: Option<Arc<rustls::ServerConfig>>,
     config: &ServerConfig,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), ServeError> {
@@ -146,6 +229,7 @@ pub async fn serve_store(
         store: store.clone(),
         policy: Arc::new(config.policy.clone()),
         progress_interval: config.progress_interval,
+        auth: Arc::clone(&auth),
     };
 
     let (health, health_service) = tonic_health::server::health_reporter();
@@ -198,18 +282,25 @@ pub async fn serve_store(
             pb::watch_service_server::WatchServiceServer::new(WatchApi::new(state.clone()))
                 .max_decoding_message_size(max),
         )
+        .add_service(
+            pb::auth_service_server::AuthServiceServer::new(AuthApi::new(state.clone()))
+                .max_decoding_message_size(max),
+        )
         .prepare();
     let grpc = Edge {
         inner: tonic_web::GrpcWebLayer::new().layer(routes),
+        auth,
     };
 
     let web_task = web.map(|listener| {
         let mut stopped = stopped.clone();
-        let web = crate::web::Web::new(state.clone(), &listener, &config.web_origins);
+        let web =
+            crate::web::Web::new(state.clone(), &listener, &config.web_origins, tls.is_some());
         tokio::spawn(conn::serve(
             listener,
             web.router(),
             config.conn,
+            tls.clone(),
             "web",
             async move {
                 let _ = stopped.wait_for(|s| *s).await;
@@ -228,7 +319,7 @@ pub async fn serve_store(
     let mut stopped_grpc = stopped.clone();
     tokio::join!(
         shutdown,
-        conn::serve(listener, grpc, config.conn, "grpc", async move {
+        conn::serve(listener, grpc, config.conn, tls, "grpc", async move {
             let _ = stopped_grpc.wait_for(|s| *s).await;
         })
     );
@@ -243,11 +334,18 @@ pub async fn serve_store(
 
 use tower::Layer as _;
 
-/// What every gRPC call passes through on its way in and out: the client's
-/// deadline (`grpc-timeout`) and gRPC's code for an oversized request.
+/// What every gRPC call passes through on its way in and out: who the
+/// caller is, the client's deadline (`grpc-timeout`), and gRPC's code for
+/// an oversized request.
 #[derive(Clone)]
 struct Edge<S> {
     inner: S,
+    auth: Arc<Auth>,
+}
+
+/// Calls anyone may make: probes and API discovery.
+fn is_open_path(path: &str) -> bool {
+    path.starts_with("/grpc.health.v1.Health/") || path.starts_with("/grpc.reflection.")
 }
 
 /// The text tonic gives a request over `max_decoding_message_size`.
@@ -255,7 +353,10 @@ const TOO_LARGE: &str = "Error, decoded message length too large";
 
 impl<S, B> tower::Service<Request<hyper::body::Incoming>> for Edge<S>
 where
-    S: tower::Service<Request<hyper::body::Incoming>, Response = Response<B>, Error = Infallible>,
+    S: tower::Service<Request<hyper::body::Incoming>, Response = Response<B>, Error = Infallible>
+        + Clone
+        + Send
+        + 'static,
     S::Future: Send + 'static,
     B: Default + Send + 'static,
 {
@@ -267,14 +368,31 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, req: Request<hyper::body::Incoming>) -> Self::Future {
+    fn call(&mut self, mut req: Request<hyper::body::Incoming>) -> Self::Future {
         let deadline = req
             .headers()
             .get("grpc-timeout")
             .and_then(|v| v.to_str().ok())
             .and_then(parse_grpc_timeout);
-        let fut = self.inner.call(req);
+        // The inner service was made ready for this call; a clone takes its
+        // place for the next one.
+        let clone = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let auth = Arc::clone(&self.auth);
         Box::pin(async move {
+            if !is_open_path(req.uri().path()) {
+                let header = req
+                    .headers()
+                    .get(http::header::AUTHORIZATION)
+                    .and_then(|v| v.to_str().ok());
+                match auth.authenticate(header).await {
+                    Ok(who) => {
+                        req.extensions_mut().insert(who);
+                    }
+                    Err(e) => return Ok(crate::status::status(e).into_http()),
+                }
+            }
+            let fut = inner.call(req);
             let response = match deadline {
                 Some(d) => match tokio::time::timeout(d, fut).await {
                     Ok(r) => r?,

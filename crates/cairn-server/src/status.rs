@@ -152,6 +152,16 @@ fn classify(err: &Error) -> Classified {
             field = Some(("start_revision".into(), message.clone()));
             (Code::OutOfRange, "REVISION_NOT_YET")
         }
+        Error::PrincipalExists(id) => {
+            meta.insert("principal_id".into(), id.clone());
+            (Code::AlreadyExists, "PRINCIPAL_EXISTS")
+        }
+        Error::PrincipalNotFound(id) => {
+            meta.insert("principal_id".into(), id.clone());
+            (Code::NotFound, "PRINCIPAL_NOT_FOUND")
+        }
+        Error::Unauthenticated(_) => (Code::Unauthenticated, "UNAUTHENTICATED"),
+        Error::PermissionDenied { reason, .. } => (Code::PermissionDenied, reason.reason()),
         Error::Conflicting(_) => (Code::InvalidArgument, "CONFLICTING_OPTIONS"),
         Error::ShuttingDown => (Code::Unavailable, "SHUTTING_DOWN"),
         Error::Unavailable(_) => (Code::Unavailable, "STORE_UNAVAILABLE"),

@@ -36,12 +36,16 @@ pub enum Target {
     /// A session and every session below it, decided at each event's
     /// revision (sessions created or moved in later count).
     Tree(String),
-    /// One agent's todo list.
+    /// One agent: its todo list and the sessions it works in.
     Agent(String),
     /// Several sessions (for `Wait`).
     Sessions(BTreeSet<String>),
-    /// Everything.
+    /// Several session trees (a principal's roots, on the dashboard).
+    Trees(BTreeSet<String>),
+    /// Everything watchers may see.
     All,
+    /// Principal changes, which only servers follow (to forget tokens).
+    Principals,
 }
 
 impl Target {
@@ -51,13 +55,14 @@ impl Target {
             Target::Session(id) => event.session_id == *id,
             Target::Tree(root) => event.in_tree(root),
             Target::Agent(agent) => {
-                matches!(
-                    event.kind,
-                    EventKind::TodosUpdated | EventKind::TodosCleared
-                ) && event.agent_id == *agent
+                event.kind != EventKind::PrincipalChanged
+                    && (event.agent_id == *agent
+                        || (!event.session_id.is_empty() && event.previous_agent_id == *agent))
             }
             Target::Sessions(ids) => ids.contains(&event.session_id),
-            Target::All => true,
+            Target::Trees(roots) => roots.iter().any(|r| event.in_tree(r)),
+            Target::All => event.kind != EventKind::PrincipalChanged,
+            Target::Principals => event.kind == EventKind::PrincipalChanged,
         }
     }
 
@@ -68,7 +73,9 @@ impl Target {
             Target::Tree(root) => vec![Key::Tree(root.clone())],
             Target::Agent(agent) => vec![Key::Agent(agent.clone())],
             Target::Sessions(ids) => ids.iter().cloned().map(Key::Session).collect(),
+            Target::Trees(roots) => roots.iter().cloned().map(Key::Tree).collect(),
             Target::All => vec![Key::All],
+            Target::Principals => vec![Key::Principals],
         }
     }
 }
@@ -80,6 +87,7 @@ enum Key {
     Tree(String),
     Agent(String),
     All,
+    Principals,
 }
 
 /// One registered watcher, as the hub sees it.
@@ -90,6 +98,10 @@ struct Slot {
     /// Set by the hub (under its lock) when the buffer was full; from then
     /// on the hub sends this watcher nothing until it resyncs.
     overflowed: AtomicBool,
+    /// The last revision the hub considered this watcher for, so that a
+    /// watcher filed under several keys of one revision gets it once,
+    /// without a scan over the others.
+    last_revision: AtomicU64,
 }
 
 /// Watchers by what they follow. One map per kind, keyed by plain ids, so
@@ -101,6 +113,7 @@ struct Registry {
     trees: HashMap<String, Vec<Arc<Slot>>>,
     agents: HashMap<String, Vec<Arc<Slot>>>,
     all: Vec<Arc<Slot>>,
+    principals: Vec<Arc<Slot>>,
 }
 
 impl Registry {
@@ -111,6 +124,7 @@ impl Registry {
             Key::Tree(id) => self.trees.entry(id.clone()).or_default(),
             Key::Agent(id) => self.agents.entry(id.clone()).or_default(),
             Key::All => &mut self.all,
+            Key::Principals => &mut self.principals,
         }
     }
 
@@ -121,6 +135,10 @@ impl Registry {
             Key::Agent(id) => (&mut self.agents, id),
             Key::All => {
                 self.all.retain(|s| s.id != slot_id);
+                return;
+            }
+            Key::Principals => {
+                self.principals.retain(|s| s.id != slot_id);
                 return;
             }
         };
@@ -184,6 +202,7 @@ impl Hub {
             id: reg.next_id,
             tx,
             overflowed: AtomicBool::new(false),
+            last_revision: AtomicU64::new(0),
         });
         let keys = target.keys();
         for key in &keys {
@@ -207,14 +226,22 @@ impl Hub {
     /// Never blocks on a watcher.
     pub fn dispatch(&self, revisions: &[Arc<Revision>]) {
         let reg = self.lock();
-        let mut hits: Vec<&Arc<Slot>> = Vec::new();
+        let mut lists: Vec<&Vec<Arc<Slot>>> = Vec::new();
         for rev in revisions {
-            hits.clear();
-            let mut lists: Vec<&Vec<Arc<Slot>>> = vec![&reg.all];
+            lists.clear();
+            let mut visible = false;
             for e in &rev.events {
-                if e.session_id.is_empty() {
-                    lists.extend(reg.agents.get(e.agent_id.as_str()));
+                if e.kind == EventKind::PrincipalChanged {
+                    lists.push(&reg.principals);
                     continue;
+                }
+                visible = true;
+                lists.extend(reg.agents.get(e.agent_id.as_str()));
+                if e.session_id.is_empty() {
+                    continue;
+                }
+                if !e.previous_agent_id.is_empty() {
+                    lists.extend(reg.agents.get(e.previous_agent_id.as_str()));
                 }
                 lists.extend(reg.sessions.get(e.session_id.as_str()));
                 lists.extend(reg.trees.get(e.session_id.as_str()));
@@ -222,13 +249,14 @@ impl Hub {
                     lists.extend(reg.trees.get(a.as_str()));
                 }
             }
-            for s in lists.into_iter().flatten() {
-                if !hits.iter().any(|h| h.id == s.id) {
-                    hits.push(s);
-                }
+            if visible {
+                lists.push(&reg.all);
             }
-            for slot in &hits {
-                if slot.overflowed.load(Ordering::Relaxed) {
+            for slot in lists.iter().copied().flatten() {
+                // Once per watcher per revision, however many keys matched.
+                if slot.last_revision.swap(rev.revision, Ordering::Relaxed) == rev.revision
+                    || slot.overflowed.load(Ordering::Relaxed)
+                {
                     continue;
                 }
                 if let Err(mpsc::error::TrySendError::Full(_)) = slot.tx.try_send(Arc::clone(rev)) {

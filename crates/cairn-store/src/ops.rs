@@ -6,19 +6,49 @@
 
 use std::collections::HashMap;
 
+use cairn_core::access::{self, Action, Caller, Role, SessionFacts};
 use cairn_core::error::{Error, Result};
 use cairn_core::plan_mode::HistoryEntry;
 use cairn_core::session::{self, Session};
 use cairn_core::todo::{self, TodoInput};
 use cairn_core::{Limits, SessionPlan, check_expected_revision};
 
-use crate::records::{Event, EventKind, PlanRecord, SessionPage, TodoRecord};
+use crate::records::{Event, EventKind, PlanRecord, PrincipalRecord, SessionPage, TodoRecord};
 use crate::seam::{Ctx, ReadView};
 
 /// Loads a session or fails with NOT_FOUND.
 pub fn require_session(view: &dyn ReadView, id: &str) -> Result<Session> {
     view.session(id)?
         .ok_or_else(|| Error::SessionNotFound(id.to_owned()))
+}
+
+/// A session as rights see it, with its ancestry read from the store.
+pub fn facts<'a>(
+    view: &dyn ReadView,
+    s: &'a Session,
+    chain: &'a mut Vec<String>,
+) -> Result<SessionFacts<'a>> {
+    *chain = ancestors(view, s.parent_session_id.as_deref())?;
+    Ok(SessionFacts {
+        session_id: &s.session_id,
+        agent_id: &s.agent_id,
+        ancestors: chain,
+    })
+}
+
+/// Loads a session and checks that `caller` may do `action` to it.
+pub fn authorize(
+    view: &dyn ReadView,
+    caller: &Caller,
+    action: Action,
+    id: &str,
+) -> Result<Session> {
+    let s = require_session(view, id)?;
+    if !matches!(caller, Caller::Open) {
+        let mut chain = Vec::new();
+        access::check_session(caller, action, &facts(view, &s, &mut chain)?)?;
+    }
+    Ok(s)
 }
 
 /// A session's plan; an empty one if it never had one. NOT_FOUND for an
@@ -166,15 +196,25 @@ pub fn create_session(
     ctx: &mut Ctx<'_>,
     mut s: Session,
     limits: &Limits,
+    caller: &Caller,
 ) -> Result<(Session, u64)> {
     session::validate(&s, limits)?;
+    let parent = match &s.parent_session_id {
+        Some(id) => Some(
+            ctx.view
+                .session(id)?
+                .ok_or_else(|| Error::ParentNotFound(id.clone()))?,
+        ),
+        None => None,
+    };
+    let mut parent_chain = Vec::new();
+    let parent_facts = match &parent {
+        Some(p) => Some(facts(ctx.view, p, &mut parent_chain)?),
+        None => None,
+    };
+    access::check_create(caller, &s.session_id, &s.agent_id, parent_facts.as_ref())?;
     if ctx.view.session(&s.session_id)?.is_some() {
         return Err(Error::SessionExists(s.session_id));
-    }
-    if let Some(parent) = &s.parent_session_id
-        && ctx.view.session(parent)?.is_none()
-    {
-        return Err(Error::ParentNotFound(parent.clone()));
     }
     let chain = ancestors(ctx.view, s.parent_session_id.as_deref())?;
     check_depth(limits, chain.len() + 1)?;
@@ -184,6 +224,9 @@ pub fn create_session(
     ctx.view.put_session(&s)?;
     if let Some(parent) = &s.parent_session_id {
         ctx.view.put_child(parent, &s.session_id)?;
+    }
+    if !s.agent_id.is_empty() {
+        ctx.view.put_agent_session(&s.agent_id, &s.session_id)?;
     }
     let rev = ctx.commit(vec![Event::session(EventKind::SessionCreated, &s, chain)])?;
     Ok((s, rev))
@@ -206,8 +249,9 @@ pub fn update_session(
     id: &str,
     patch: SessionPatch,
     limits: &Limits,
+    caller: &Caller,
 ) -> Result<(Session, u64)> {
-    let old = require_session(ctx.view, id)?;
+    let old = authorize(ctx.view, caller, Action::Manage, id)?;
     check_expected_revision(patch.expected_revision, old.revision)?;
     let mut s = old.clone();
     if let Some(t) = patch.title {
@@ -242,6 +286,20 @@ pub fn update_session(
             };
         }
     }
+    if s.parent_session_id != old.parent_session_id && !matches!(caller, Caller::Open) {
+        let mut chain = Vec::new();
+        let here = facts(ctx.view, &old, &mut chain)?;
+        let new_parent = match &s.parent_session_id {
+            Some(p) => ctx.view.session(p)?,
+            None => None,
+        };
+        let mut parent_chain = Vec::new();
+        let landing = match &new_parent {
+            Some(p) => Some(facts(ctx.view, p, &mut parent_chain)?),
+            None => None,
+        };
+        access::check_move(caller, &here, landing.as_ref())?;
+    }
     if s.parent_session_id != old.parent_session_id {
         // The moved session's new depth, plus the levels below it.
         let depth = ancestors(ctx.view, s.parent_session_id.as_deref())?.len() + 1;
@@ -263,6 +321,15 @@ pub fn update_session(
         event.previous_parent_session_id = old.parent_session_id.clone().unwrap_or_default();
         event.previous_ancestors = previous;
     }
+    if s.agent_id != old.agent_id {
+        event.previous_agent_id.clone_from(&old.agent_id);
+        if !old.agent_id.is_empty() {
+            ctx.view.delete_agent_session(&old.agent_id, id)?;
+        }
+        if !s.agent_id.is_empty() {
+            ctx.view.put_agent_session(&s.agent_id, id)?;
+        }
+    }
     if s.parent_session_id != old.parent_session_id {
         if let Some(p) = &old.parent_session_id {
             ctx.view.delete_child(p, id)?;
@@ -283,8 +350,10 @@ pub fn delete_session(
     id: &str,
     cascade: bool,
     expected: Option<u64>,
+    caller: &Caller,
 ) -> Result<(Vec<String>, u64)> {
-    let root = require_session(ctx.view, id)?;
+    // The subtree lies in the caller's scope when its root does.
+    let root = authorize(ctx.view, caller, Action::Manage, id)?;
     check_expected_revision(expected, root.revision)?;
     let kids = ctx.view.children(id)?;
     if !kids.is_empty() && !cascade {
@@ -326,6 +395,9 @@ pub fn delete_session(
         if let Some(p) = &s.parent_session_id {
             ctx.view.delete_child(p, sid)?;
         }
+        if !s.agent_id.is_empty() {
+            ctx.view.delete_agent_session(&s.agent_id, sid)?;
+        }
         events.push(Event::session(EventKind::SessionDeleted, &s, chain));
     }
     let rev = ctx.commit(events)?;
@@ -345,27 +417,39 @@ pub enum IfMissing {
 /// session as a root with [`IfMissing::Create`]), checks `expected_revision`, runs
 /// the pure rule on a copy, then stores the plan, any history entries and
 /// the events. `change` returns its own output plus history entries to add.
+#[allow(clippy::too_many_arguments)]
 pub fn mutate_plan<R>(
     ctx: &mut Ctx<'_>,
     session_id: &str,
     expected: Option<u64>,
     if_missing: IfMissing,
+    action: Action,
+    caller: &Caller,
     limits: &Limits,
     change: impl FnOnce(&mut SessionPlan, cairn_core::Micros) -> Result<(R, Vec<HistoryEntry>)>,
 ) -> Result<(R, PlanRecord, u64)> {
     limits.check_resource_id("session_id", session_id)?;
     let (session, created) = match ctx.view.session(session_id)? {
-        Some(s) => (s, false),
-        None if if_missing == IfMissing::Create => (
-            Session {
-                session_id: session_id.to_owned(),
-                create_time: ctx.now,
-                update_time: ctx.now,
-                revision: ctx.next_revision(),
-                ..Session::default()
-            },
-            true,
-        ),
+        Some(s) => {
+            let mut chain = Vec::new();
+            access::check_session(caller, action, &facts(ctx.view, &s, &mut chain)?)?;
+            (s, false)
+        }
+        None if if_missing == IfMissing::Create => {
+            let agent_id = new_session_agent(caller);
+            access::check_create(caller, session_id, &agent_id, None)?;
+            (
+                Session {
+                    session_id: session_id.to_owned(),
+                    agent_id,
+                    create_time: ctx.now,
+                    update_time: ctx.now,
+                    revision: ctx.next_revision(),
+                    ..Session::default()
+                },
+                true,
+            )
+        }
         None => {
             // An unknown session is a session in NORMAL mode with no plan:
             // answer with the rule's own error (e.g. "Not in plan mode"),
@@ -383,6 +467,9 @@ pub fn mutate_plan<R>(
     let mut events = Vec::with_capacity(2);
     if created {
         ctx.view.put_session(&session)?;
+        if !session.agent_id.is_empty() {
+            ctx.view.put_agent_session(&session.agent_id, session_id)?;
+        }
         events.push(Event::session(
             EventKind::SessionCreated,
             &session,
@@ -410,6 +497,23 @@ pub fn mutate_plan<R>(
     Ok((out, record, rev))
 }
 
+/// The agent of a session a plan mutation creates: the caller's, when it
+/// is an agent acting as exactly one (so that it can use the session it
+/// made); otherwise none.
+fn new_session_agent(caller: &Caller) -> String {
+    match caller {
+        Caller::Principal(p)
+            if p.has(Role::Agent)
+                && !p.has(Role::Orchestrator)
+                && !p.has(Role::Admin)
+                && p.agent_ids.len() == 1 =>
+        {
+            p.agent_ids.iter().next().cloned().unwrap_or_default()
+        }
+        _ => String::new(),
+    }
+}
+
 /// `WriteTodos`: validate and merge, then store.
 pub fn write_todos(
     ctx: &mut Ctx<'_>,
@@ -427,4 +531,48 @@ pub fn write_todos(
     ctx.view.put_todos(&record)?;
     let rev = ctx.commit(vec![Event::todos(&record)])?;
     Ok((record, rev))
+}
+
+/// `CreatePrincipal`: a new principal with the hash of its token.
+pub fn create_principal(
+    ctx: &mut Ctx<'_>,
+    mut p: PrincipalRecord,
+) -> Result<(PrincipalRecord, u64)> {
+    let id = p.principal.principal_id.clone();
+    if ctx.view.principal(&id)?.is_some() {
+        return Err(Error::PrincipalExists(id));
+    }
+    p.create_time = ctx.now;
+    p.revision = ctx.next_revision();
+    ctx.view.put_principal(&p)?;
+    let rev = ctx.commit(vec![Event::principal(&id)])?;
+    Ok((p, rev))
+}
+
+/// `DeletePrincipal`: the principal and its token go; its open watches end.
+pub fn delete_principal(ctx: &mut Ctx<'_>, id: &str, expected: Option<u64>) -> Result<u64> {
+    let p = ctx
+        .view
+        .principal(id)?
+        .ok_or_else(|| Error::PrincipalNotFound(id.to_owned()))?;
+    check_expected_revision(expected, p.revision)?;
+    ctx.view.delete_principal(&p)?;
+    ctx.commit(vec![Event::principal(id)])
+}
+
+/// `RotateToken`: the old token stops working in the same commit.
+pub fn rotate_token(
+    ctx: &mut Ctx<'_>,
+    id: &str,
+    token_sha256: &str,
+) -> Result<(PrincipalRecord, u64)> {
+    let mut p = ctx
+        .view
+        .principal(id)?
+        .ok_or_else(|| Error::PrincipalNotFound(id.to_owned()))?;
+    token_sha256.clone_into(&mut p.token_sha256);
+    p.revision = ctx.next_revision();
+    ctx.view.put_principal(&p)?;
+    let rev = ctx.commit(vec![Event::principal(id)])?;
+    Ok((p, rev))
 }

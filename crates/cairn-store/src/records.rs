@@ -6,6 +6,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use cairn_core::access::Principal;
 use cairn_core::session::Session;
 use cairn_core::todo::TodoItem;
 use cairn_core::{Micros, SessionPlan};
@@ -36,6 +37,18 @@ pub struct TodoRecord {
     pub update_time: Micros,
 }
 
+/// A principal as stored: never its token, only the token's SHA-256.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct PrincipalRecord {
+    pub principal: Principal,
+    /// Hex SHA-256 of the current token.
+    pub token_sha256: String,
+    pub create_time: Micros,
+    /// Store revision of the last change.
+    pub revision: u64,
+}
+
 /// Kind of change, as watchers see it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -46,6 +59,9 @@ pub enum EventKind {
     PlanUpdated,
     TodosUpdated,
     TodosCleared,
+    /// A principal was created, deleted or had its token rotated: never
+    /// sent to watchers, but every server follows it to forget tokens.
+    PrincipalChanged,
 }
 
 /// The object an event carries.
@@ -56,6 +72,8 @@ pub enum EventObject {
     /// Boxed: a plan is much larger than the other objects.
     Plan(Box<PlanRecord>),
     Todos(TodoRecord),
+    /// The id of the principal that changed (nothing secret).
+    Principal(String),
 }
 
 /// One change within a committed revision.
@@ -84,6 +102,10 @@ pub struct Event {
     pub previous_parent_session_id: String,
     #[serde(default)]
     pub previous_ancestors: Vec<String>,
+    /// For a session handed to another agent: the agent before, so that
+    /// agent's watchers also see it go.
+    #[serde(default)]
+    pub previous_agent_id: String,
 }
 
 impl Event {
@@ -98,6 +120,7 @@ impl Event {
             ancestors,
             previous_parent_session_id: String::new(),
             previous_ancestors: Vec::new(),
+            previous_agent_id: String::new(),
         }
     }
 
@@ -112,6 +135,7 @@ impl Event {
             ancestors,
             previous_parent_session_id: String::new(),
             previous_ancestors: Vec::new(),
+            previous_agent_id: String::new(),
         }
     }
 
@@ -130,6 +154,22 @@ impl Event {
             ancestors: Vec::new(),
             previous_parent_session_id: String::new(),
             previous_ancestors: Vec::new(),
+            previous_agent_id: String::new(),
+        }
+    }
+
+    /// A principal change, for servers to follow (never for watchers).
+    pub fn principal(principal_id: &str) -> Self {
+        Event {
+            kind: EventKind::PrincipalChanged,
+            session_id: String::new(),
+            parent_session_id: String::new(),
+            agent_id: String::new(),
+            object: EventObject::Principal(principal_id.to_owned()),
+            ancestors: Vec::new(),
+            previous_parent_session_id: String::new(),
+            previous_ancestors: Vec::new(),
+            previous_agent_id: String::new(),
         }
     }
 

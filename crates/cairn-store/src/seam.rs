@@ -19,7 +19,7 @@ use cairn_core::session::Session;
 use tokio::sync::watch;
 
 use crate::health::Condition;
-use crate::records::{Event, PlanRecord, Revision, SessionPage, TodoRecord};
+use crate::records::{Event, PlanRecord, PrincipalRecord, Revision, SessionPage, TodoRecord};
 
 /// Reads, from a snapshot or from inside a write.
 pub trait ReadView {
@@ -53,6 +53,13 @@ pub trait ReadView {
     /// Commit times of logged revisions from `from` (inclusive), at most
     /// `limit`, in revision order.
     fn revision_times(&self, from: u64, limit: usize) -> Result<Vec<(u64, Micros)>>;
+    /// Ids of the sessions whose agent is `agent_id`, ordered.
+    fn agent_sessions(&self, agent_id: &str) -> Result<Vec<String>>;
+    fn principal(&self, id: &str) -> Result<Option<PrincipalRecord>>;
+    /// The principal whose token has this hex SHA-256.
+    fn principal_by_token(&self, token_sha256: &str) -> Result<Option<PrincipalRecord>>;
+    /// Principals ordered by id, strictly after `after`, at most `limit`.
+    fn principals_after(&self, after: Option<&str>, limit: usize) -> Result<Vec<PrincipalRecord>>;
 }
 
 /// Writes inside one transaction.
@@ -66,6 +73,12 @@ pub trait WriteView: ReadView {
     fn put_history(&mut self, session_id: &str, seq: u64, e: &HistoryEntry) -> Result<()>;
     fn delete_history(&mut self, session_id: &str) -> Result<()>;
     fn put_todos(&mut self, t: &TodoRecord) -> Result<()>;
+    fn put_agent_session(&mut self, agent_id: &str, session_id: &str) -> Result<()>;
+    fn delete_agent_session(&mut self, agent_id: &str, session_id: &str) -> Result<()>;
+    /// Stores a principal and indexes its token hash.
+    fn put_principal(&mut self, p: &PrincipalRecord) -> Result<()>;
+    /// Removes a principal and its token hash.
+    fn delete_principal(&mut self, p: &PrincipalRecord) -> Result<()>;
     /// Appends a revision to the log and makes it the current revision.
     fn append_revision(&mut self, r: &Revision) -> Result<()>;
     /// Drops logged revisions up to `upto` and records the compact revision.

@@ -16,4 +16,4 @@ pub mod stream;
 pub use build::*;
 pub use check::*;
 pub use process::Proc;
-pub use server::TestServer;
+pub use server::{Authed, Bearer, TestServer};

@@ -105,3 +105,26 @@ impl Drop for TestServer {
         }
     }
 }
+
+/// Adds `authorization: Bearer <token>` to every call of a client.
+#[derive(Debug, Clone)]
+pub struct Bearer(Option<tonic::metadata::MetadataValue<tonic::metadata::Ascii>>);
+
+impl Bearer {
+    /// A token to present; `None` presents none.
+    pub fn new(token: Option<&str>) -> Self {
+        Bearer(token.map(|t| format!("Bearer {t}").parse().expect("a header value")))
+    }
+}
+
+impl tonic::service::Interceptor for Bearer {
+    fn call(&mut self, mut req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
+        if let Some(v) = &self.0 {
+            req.metadata_mut().insert("authorization", v.clone());
+        }
+        Ok(req)
+    }
+}
+
+/// A channel that presents `token` on every call.
+pub type Authed = tonic::codegen::InterceptedService<Channel, Bearer>;

@@ -6,6 +6,8 @@ use std::time::Duration;
 use cairn_core::duration::parse_duration;
 use clap::{Subcommand, ValueEnum};
 
+use crate::conn::ServerArgs;
+
 /// Output format of client commands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Output {
@@ -18,14 +20,9 @@ pub enum Output {
 /// Flags every client command takes.
 #[derive(Debug, Clone, clap::Args)]
 pub struct ClientArgs {
-    /// The Cairn server.
-    #[arg(
-        long,
-        env = "CAIRN_SERVER",
-        default_value = "http://127.0.0.1:50051",
-        global = true
-    )]
-    pub server: String,
+    /// The server, and who we are to it.
+    #[command(flatten)]
+    pub server: ServerArgs,
     /// Output format.
     #[arg(long, env = "CAIRN_OUTPUT", value_enum, default_value_t = Output::Text, global = true)]
     pub output: Output,
@@ -156,4 +153,37 @@ pub struct WaitArgs {
     /// Give up after this long (e.g. `10m`).
     #[arg(long, default_value = "5m", value_parser = parse_duration)]
     pub timeout: Duration,
+}
+
+/// `cairn principal …` (admin only, except `whoami`).
+#[derive(Debug, Clone, Subcommand)]
+pub enum PrincipalCmd {
+    /// Create a principal and print its token (shown once).
+    Create {
+        /// Principal id.
+        id: String,
+        /// A role: admin, orchestrator, agent, approver or viewer (repeat for several).
+        #[arg(long = "role", required = true)]
+        roles: Vec<String>,
+        /// An agent it acts as (repeat for several).
+        #[arg(long = "agent")]
+        agents: Vec<String>,
+        /// A session subtree it may touch (repeat; none: the whole store).
+        #[arg(long = "root")]
+        roots: Vec<String>,
+    },
+    /// List principals.
+    List,
+    /// Delete a principal: its token stops working, its watches end.
+    Delete {
+        /// Principal id.
+        id: String,
+    },
+    /// Replace a principal's token and print the new one (shown once).
+    Rotate {
+        /// Principal id.
+        id: String,
+    },
+    /// Show who the token in use belongs to.
+    Whoami,
 }

@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 
 use super::args::{ClientArgs, Output, WatchArgs};
 use super::commands::plan_json;
-use super::io::{CliResult, color, connect, emit, emit_plain};
+use super::io::{CliResult, color, emit, emit_plain};
 use super::render::{self, BoardRow};
 use crate::view;
 
@@ -96,7 +96,7 @@ pub async fn watch(client: &ClientArgs, args: WatchArgs) -> CliResult {
             // Objects of the initial state carry their own revisions, not
             // the stream's position: draw once `synced` says it is whole.
             let mut in_snapshot = request.send_initial_state;
-            let stream = match connect(&client.server).await {
+            let stream = match client.server.connect().await {
                 Ok(ch) => {
                     pb::watch_service_client::WatchServiceClient::new(ch)
                         .watch(request)

@@ -10,7 +10,7 @@ use cairn_api as pb;
 use serde_json::{Value, json};
 
 use super::args::{ClientArgs, Output, PlanCmd, SessionCmd, TodoCmd, WaitArgs};
-use super::io::{CliResult, color, connect, emit, emit_json, emit_plain, read_input};
+use super::io::{CliResult, color, emit, emit_json, emit_plain, read_input};
 use super::render::{self, Mark};
 use crate::view;
 
@@ -77,7 +77,7 @@ fn todo_box(list: &pb::TodoList) -> String {
 
 /// `cairn session …`
 pub async fn session(client: &ClientArgs, cmd: SessionCmd) -> CliResult {
-    let channel = connect(&client.server).await?;
+    let channel = client.server.connect().await?;
     let mut sessions = pb::session_service_client::SessionServiceClient::new(channel.clone());
     match cmd {
         SessionCmd::Create {
@@ -219,7 +219,7 @@ fn session_tree(all: &[pb::Session]) -> String {
 
 /// `cairn plan …`
 pub async fn plan(client: &ClientArgs, cmd: PlanCmd) -> CliResult {
-    let mut plans = pb::plan_service_client::PlanServiceClient::new(connect(&client.server).await?);
+    let mut plans = pb::plan_service_client::PlanServiceClient::new(client.server.connect().await?);
     let status_out = |s: Option<pb::PlanStatus>| {
         let s = s.unwrap_or_default();
         let value = json!({
@@ -381,7 +381,7 @@ pub async fn plan(client: &ClientArgs, cmd: PlanCmd) -> CliResult {
 
 /// `cairn todo …`
 pub async fn todo(client: &ClientArgs, cmd: TodoCmd) -> CliResult {
-    let mut todos = pb::todo_service_client::TodoServiceClient::new(connect(&client.server).await?);
+    let mut todos = pb::todo_service_client::TodoServiceClient::new(client.server.connect().await?);
     let list = match cmd {
         TodoCmd::Show { agent } => todos
             .read_todos(pb::ReadTodosRequest { agent_id: agent })
@@ -418,7 +418,7 @@ pub async fn todo(client: &ClientArgs, cmd: TodoCmd) -> CliResult {
 /// `cairn wait`
 pub async fn wait(client: &ClientArgs, args: WaitArgs) -> CliResult {
     let mut watch =
-        pb::watch_service_client::WatchServiceClient::new(connect(&client.server).await?);
+        pb::watch_service_client::WatchServiceClient::new(client.server.connect().await?);
     let r = watch
         .wait(pb::WaitRequest {
             target: Some(pb::wait_request::Target::SessionTree(args.tree)),

@@ -1,24 +1,13 @@
-//! The CLI's I/O: the connection to the server, input files, and output
+//! The CLI's I/O: input files, and output
 //! that never lets server text drive the terminal.
 
 use std::io::{IsTerminal, Read, Write};
-use std::time::Duration;
 
 use serde_json::Value;
-use tonic::transport::{Channel, Endpoint};
 
 use super::render;
 
 pub type CliResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
-
-pub(crate) async fn connect(
-    server: &str,
-) -> Result<Channel, Box<dyn std::error::Error + Send + Sync>> {
-    Ok(Endpoint::from_shared(server.to_owned())?
-        .connect_timeout(Duration::from_secs(5))
-        .connect()
-        .await?)
-}
 
 /// Colour only for a person at a terminal.
 pub(crate) fn color() -> bool {

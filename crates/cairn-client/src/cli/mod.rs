@@ -5,16 +5,21 @@
 //! - [`args`]: the command-line arguments of each subcommand;
 //! - [`commands`]: the one-shot commands;
 //! - [`board`]: `cairn watch`, as event lines or a live tree board;
-//! - [`io`]: connecting, reading input, printing (escaped) output;
+//! - [`principals`]: principals and their tokens;
+//! - [`io`]: reading input, printing (escaped) output;
 //! - [`render`]: terminal rendering, pure.
 
 mod args;
 mod board;
 mod commands;
 mod io;
+mod principals;
 pub mod render;
 
-pub use args::{ClientArgs, Output, PlanCmd, SessionCmd, TodoCmd, WaitArgs, WatchArgs};
+pub use args::{
+    ClientArgs, Output, PlanCmd, PrincipalCmd, SessionCmd, TodoCmd, WaitArgs, WatchArgs,
+};
 pub use board::watch;
 pub use commands::{plan, session, todo, wait};
 pub use io::CliResult;
+pub use principals::principal;

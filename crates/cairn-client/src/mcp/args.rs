@@ -7,14 +7,15 @@ use cairn_core::duration::parse_duration;
 use rmcp::schemars;
 use serde::Deserialize;
 
+use crate::conn::ServerArgs;
 pub use crate::view::{TodoArg, UpdatePlanArgs};
 
 /// `cairn mcp` flags.
 #[derive(Debug, Clone, clap::Args)]
 pub struct McpArgs {
-    /// The Cairn server to talk to.
-    #[arg(long, env = "CAIRN_SERVER", default_value = "http://127.0.0.1:50051")]
-    pub server: String,
+    /// The Cairn server to talk to, and the agent's token for it.
+    #[command(flatten)]
+    pub server: ServerArgs,
     /// The agent this process acts for (owner of the todo list).
     #[arg(long, env = "CAIRN_AGENT_ID")]
     pub agent_id: String,

@@ -10,28 +10,22 @@
 //!
 //! - [`args`]: the tools' arguments (their JSON schemas);
 //! - [`tools`]: the tools;
-//! - [`deadline`]: a deadline on every call; [`stdio`]: the transport,
-//!   answering input that is not JSON.
+//! - [`stdio`]: the transport, answering input that is not JSON; every
+//!   call has a deadline (`--call-timeout`, see [`crate::conn`]).
 
 pub mod args;
-mod deadline;
 mod stdio;
 pub mod tools;
 
-use std::time::Duration;
-
 use rmcp::ServiceExt;
-use tonic::transport::Endpoint;
 
 pub use args::McpArgs;
 pub use tools::CairnTools;
 
 /// Serves MCP on stdin/stdout until the client closes it.
 pub async fn run(args: McpArgs) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-    let channel = Endpoint::from_shared(args.server.clone())?
-        .connect_timeout(Duration::from_secs(5))
-        .connect_lazy();
-    let server = CairnTools::new(args, channel);
+    let api = args.server.connect_lazy(args.call_timeout)?;
+    let server = CairnTools::new(args, api);
     let (transport, pumps) = stdio::filtered(tokio::io::stdin(), tokio::io::stdout());
     let running = server.serve(transport).await?;
     running.waiting().await?;

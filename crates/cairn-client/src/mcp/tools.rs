@@ -8,13 +8,12 @@ use rmcp::{ErrorData as McpError, ServerHandler, tool, tool_handler, tool_router
 use serde_json::{Value, json};
 use std::time::Duration;
 use tokio::sync::OnceCell;
-use tonic::transport::Channel;
 
 use super::args::{
     CheckActionArgs, McpArgs, NoArgs, PlanCompleteArgs, PlanEnterArgs, PlanExitArgs,
     PlanModifyArgs, PlanRejectArgs, StepCompleteArgs, TodoWriteArgs, UpdatePlanArgs, WaitArgs,
 };
-use super::deadline::{CallTimeout, Deadline};
+use crate::conn::{Api, CallTimeout};
 use crate::view;
 
 /// The MCP server of one agent.
@@ -22,7 +21,7 @@ use crate::view;
 pub struct CairnTools {
     args: McpArgs,
     session_id: String,
-    channel: Deadline,
+    channel: Api,
     /// The agent's session is created (under its parent) once, on first use.
     ensured: std::sync::Arc<OnceCell<()>>,
     tool_router: ToolRouter<Self>,
@@ -111,8 +110,7 @@ fn status_json(s: &pb::PlanStatus) -> Value {
 #[tool_router]
 impl CairnTools {
     /// The server for one agent, over a (lazily connecting) channel.
-    pub fn new(args: McpArgs, channel: Channel) -> Self {
-        let args_timeout = args.call_timeout;
+    pub fn new(args: McpArgs, channel: Api) -> Self {
         let session_id = args
             .session_id
             .clone()
@@ -120,17 +118,17 @@ impl CairnTools {
         CairnTools {
             args,
             session_id,
-            channel: Deadline::new(channel, args_timeout),
+            channel,
             ensured: std::sync::Arc::new(OnceCell::new()),
             tool_router: Self::tool_router(),
         }
     }
 
-    fn plans(&self) -> pb::plan_service_client::PlanServiceClient<Deadline> {
+    fn plans(&self) -> pb::plan_service_client::PlanServiceClient<Api> {
         pb::plan_service_client::PlanServiceClient::new(self.channel.clone())
     }
 
-    fn todos(&self) -> pb::todo_service_client::TodoServiceClient<Deadline> {
+    fn todos(&self) -> pb::todo_service_client::TodoServiceClient<Api> {
         pb::todo_service_client::TodoServiceClient::new(self.channel.clone())
     }
 

@@ -4,6 +4,7 @@
 //! function that speaks core types and returns `cairn_core::error::Result`,
 //! and maps the error once through [`crate::status::status`].
 
+pub mod auth;
 pub mod plan;
 pub mod session;
 pub mod todo;
@@ -12,7 +13,12 @@ pub mod watch;
 use std::sync::Arc;
 
 use cairn_core::Limits;
+use cairn_core::access::Caller;
+use cairn_core::error::Error;
 use cairn_store::Store;
+
+use crate::auth::{Auth, Authenticated};
+use crate::status::status;
 
 /// Rules the operator configures.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -58,4 +64,24 @@ pub struct State {
     pub policy: Arc<Policy>,
     /// Heartbeat interval of watch streams that ask for none.
     pub progress_interval: std::time::Duration,
+    /// Who callers are.
+    pub auth: Arc<Auth>,
+}
+
+/// Who made a request, as the authentication edge left it.
+pub fn authenticated<T>(request: &tonic::Request<T>) -> Result<Authenticated, tonic::Status> {
+    request
+        .extensions()
+        .get::<Authenticated>()
+        .cloned()
+        .ok_or_else(|| {
+            status(Error::Unauthenticated(
+                "the request carries no authenticated caller".into(),
+            ))
+        })
+}
+
+/// The caller of a request.
+pub fn caller<T>(request: &tonic::Request<T>) -> Result<Caller, tonic::Status> {
+    authenticated(request).map(|a| a.caller)
 }

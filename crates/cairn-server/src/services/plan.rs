@@ -9,6 +9,7 @@
 
 use cairn_api as pb;
 use cairn_api::plan_service_server::PlanService;
+use cairn_core::access::{self, Action, Caller};
 use cairn_core::error::{Error, Excerpt, Result};
 use cairn_core::plan::{apply_update, simple_task_hint, validate_update};
 use cairn_core::plan_mode::{self, HistoryEntry, ImplementationPlan, Modification, plan_id};
@@ -19,7 +20,7 @@ use prost::Message as _;
 use tonic::{Request, Response, Status};
 use tracing::instrument;
 
-use super::State;
+use super::{State, caller};
 use crate::convert;
 use crate::status::status;
 
@@ -41,12 +42,15 @@ pub struct PlanApi {
     state: State,
 }
 
-/// Where a plan mutation applies.
+/// Where a plan mutation applies, and on whose behalf.
 #[derive(Debug, Clone)]
 struct Target {
     session_id: String,
     expected: Option<u64>,
     if_missing: IfMissing,
+    /// The right it needs on the session.
+    action: Action,
+    caller: Caller,
     /// The request's encoded size, for the commit byte budget.
     bytes: usize,
 }
@@ -72,6 +76,8 @@ impl PlanApi {
             session_id,
             expected,
             if_missing,
+            action,
+            caller,
             bytes,
         } = target;
         self.state
@@ -82,6 +88,8 @@ impl PlanApi {
                     &session_id,
                     expected,
                     if_missing,
+                    action,
+                    &caller,
                     &policy.limits,
                     |plan, now| change(plan, now, &policy.limits),
                 )
@@ -90,14 +98,24 @@ impl PlanApi {
     }
 
     /// A session's plan and the current revision, from one snapshot.
-    pub async fn read_plan(&self, session_id: String) -> Result<(PlanRecord, u64)> {
+    pub async fn read_plan(
+        &self,
+        caller: &Caller,
+        session_id: String,
+    ) -> Result<(PlanRecord, u64)> {
         self.state
             .policy
             .limits
             .check_resource_id("session_id", &session_id)?;
+        let caller = caller.clone();
         self.state
             .store
-            .read(move |v| Ok((ops::get_plan(v, &session_id)?, v.revision()?)))
+            .read(move |v| {
+                if caller != Caller::Open {
+                    ops::authorize(v, &caller, Action::Read, &session_id)?;
+                }
+                Ok((ops::get_plan(v, &session_id)?, v.revision()?))
+            })
             .await
     }
 
@@ -105,15 +123,20 @@ impl PlanApi {
     /// the checklist.
     pub async fn approve(
         &self,
+        caller: &Caller,
         session_id: String,
         approver: String,
         expected: Option<u64>,
         bytes: usize,
     ) -> Result<(PlanRecord, u64)> {
+        // The recorded approver is who is calling, whatever the request says.
+        let approver = access::approver_id(caller, approver);
         let target = Target {
             session_id,
             expected,
             if_missing: IfMissing::Fail,
+            action: Action::Approve,
+            caller: caller.clone(),
             bytes,
         };
         let ((), record, revision) = self
@@ -128,26 +151,34 @@ impl PlanApi {
     /// Rejects the plan awaiting approval, back to normal mode.
     pub async fn reject(
         &self,
+        caller: &Caller,
         session_id: String,
         reason: String,
         expected: Option<u64>,
         bytes: usize,
     ) -> Result<(PlanRecord, u64)> {
+        let by = access::submitter_id(caller);
         let target = Target {
             session_id,
             expected,
             if_missing: IfMissing::Fail,
+            action: Action::Approve,
+            caller: caller.clone(),
             bytes,
         };
         let ((), record, revision) = self
             .mutate(target, move |plan, now, limits| {
-                Ok(((), vec![plan.reject(reason.clone(), now, limits)?]))
+                Ok(((), vec![plan.reject(reason.clone(), &by, now, limits)?]))
             })
             .await?;
         Ok((record, revision))
     }
 
-    async fn update_plan(&self, req: pb::UpdatePlanRequest) -> Result<pb::UpdatePlanResponse> {
+    async fn update_plan(
+        &self,
+        caller: &Caller,
+        req: pb::UpdatePlanRequest,
+    ) -> Result<pb::UpdatePlanResponse> {
         let bytes = req.encoded_len();
         let pb::UpdatePlanRequest {
             session_id,
@@ -174,6 +205,8 @@ impl PlanApi {
             session_id,
             expected: expected_revision,
             if_missing: IfMissing::Create,
+            action: Action::WritePlan,
+            caller: caller.clone(),
             bytes,
         };
         let ((), record, revision) = self
@@ -197,16 +230,24 @@ impl PlanApi {
         })
     }
 
-    async fn get_plan(&self, req: pb::GetPlanRequest) -> Result<pb::GetPlanResponse> {
+    async fn get_plan(
+        &self,
+        caller: &Caller,
+        req: pb::GetPlanRequest,
+    ) -> Result<pb::GetPlanResponse> {
         let pb::GetPlanRequest { session_id } = req;
-        let (record, revision) = self.read_plan(session_id).await?;
+        let (record, revision) = self.read_plan(caller, session_id).await?;
         Ok(pb::GetPlanResponse {
             plan: Some(convert::plan(record)),
             revision,
         })
     }
 
-    async fn enter(&self, req: pb::EnterPlanModeRequest) -> Result<pb::EnterPlanModeResponse> {
+    async fn enter(
+        &self,
+        caller: &Caller,
+        req: pb::EnterPlanModeRequest,
+    ) -> Result<pb::EnterPlanModeResponse> {
         let bytes = req.encoded_len();
         let pb::EnterPlanModeRequest {
             session_id,
@@ -218,6 +259,8 @@ impl PlanApi {
             session_id,
             expected: expected_revision,
             if_missing: IfMissing::Create,
+            action: Action::WritePlan,
+            caller: caller.clone(),
             bytes,
         };
         let ((), record, revision) = self
@@ -229,7 +272,11 @@ impl PlanApi {
         Ok(status_reply(&record, revision))
     }
 
-    async fn exit(&self, req: pb::ExitPlanModeRequest) -> Result<pb::ExitPlanModeResponse> {
+    async fn exit(
+        &self,
+        caller: &Caller,
+        req: pb::ExitPlanModeRequest,
+    ) -> Result<pb::ExitPlanModeResponse> {
         let bytes = req.encoded_len();
         let pb::ExitPlanModeRequest {
             session_id,
@@ -241,28 +288,45 @@ impl PlanApi {
             .transpose()?
             .unwrap_or_default();
         let suffix = random_suffix();
+        let by = access::submitter_id(caller);
         let target = Target {
             session_id,
             expected: expected_revision,
             if_missing: IfMissing::Fail,
+            action: Action::WritePlan,
+            caller: caller.clone(),
             bytes,
         };
         let ((), record, revision) = self
             .mutate(target, move |plan, now, limits| {
-                plan.exit(proposed.clone(), plan_id(now, &suffix), now, limits)?;
+                plan.exit(
+                    proposed.clone(),
+                    plan_id(now, &suffix),
+                    by.clone(),
+                    now,
+                    limits,
+                )?;
                 Ok(((), Vec::new()))
             })
             .await?;
         Ok(status_reply(&record, revision))
     }
 
-    async fn status(&self, req: pb::GetPlanStatusRequest) -> Result<pb::GetPlanStatusResponse> {
+    async fn status(
+        &self,
+        caller: &Caller,
+        req: pb::GetPlanStatusRequest,
+    ) -> Result<pb::GetPlanStatusResponse> {
         let pb::GetPlanStatusRequest { session_id } = req;
-        let (record, revision) = self.read_plan(session_id).await?;
+        let (record, revision) = self.read_plan(caller, session_id).await?;
         Ok(status_reply(&record, revision))
     }
 
-    async fn approve_plan(&self, req: pb::ApprovePlanRequest) -> Result<pb::ApprovePlanResponse> {
+    async fn approve_plan(
+        &self,
+        caller: &Caller,
+        req: pb::ApprovePlanRequest,
+    ) -> Result<pb::ApprovePlanResponse> {
         let bytes = req.encoded_len();
         let pb::ApprovePlanRequest {
             session_id,
@@ -270,12 +334,16 @@ impl PlanApi {
             expected_revision,
         } = req;
         let (record, revision) = self
-            .approve(session_id, approver, expected_revision, bytes)
+            .approve(caller, session_id, approver, expected_revision, bytes)
             .await?;
         Ok(status_reply(&record, revision))
     }
 
-    async fn reject_plan(&self, req: pb::RejectPlanRequest) -> Result<pb::RejectPlanResponse> {
+    async fn reject_plan(
+        &self,
+        caller: &Caller,
+        req: pb::RejectPlanRequest,
+    ) -> Result<pb::RejectPlanResponse> {
         let bytes = req.encoded_len();
         let pb::RejectPlanRequest {
             session_id,
@@ -283,13 +351,14 @@ impl PlanApi {
             expected_revision,
         } = req;
         let (record, revision) = self
-            .reject(session_id, reason, expected_revision, bytes)
+            .reject(caller, session_id, reason, expected_revision, bytes)
             .await?;
         Ok(status_reply(&record, revision))
     }
 
     async fn complete_step(
         &self,
+        caller: &Caller,
         req: pb::CompleteStepRequest,
     ) -> Result<pb::CompleteStepResponse> {
         let bytes = req.encoded_len();
@@ -303,6 +372,8 @@ impl PlanApi {
             session_id,
             expected: expected_revision,
             if_missing: IfMissing::Fail,
+            action: Action::WritePlan,
+            caller: caller.clone(),
             bytes,
         };
         let ((), record, revision) = self
@@ -316,6 +387,7 @@ impl PlanApi {
 
     async fn complete_plan(
         &self,
+        caller: &Caller,
         req: pb::CompletePlanRequest,
     ) -> Result<pb::CompletePlanResponse> {
         let bytes = req.encoded_len();
@@ -329,6 +401,8 @@ impl PlanApi {
             session_id,
             expected: expected_revision,
             if_missing: IfMissing::Fail,
+            action: Action::WritePlan,
+            caller: caller.clone(),
             bytes,
         };
         let (entry, record, revision) = self
@@ -344,7 +418,11 @@ impl PlanApi {
         })
     }
 
-    async fn modify(&self, req: pb::ModifyPlanRequest) -> Result<pb::ModifyPlanResponse> {
+    async fn modify(
+        &self,
+        caller: &Caller,
+        req: pb::ModifyPlanRequest,
+    ) -> Result<pb::ModifyPlanResponse> {
         let bytes = req.encoded_len();
         let pb::ModifyPlanRequest {
             session_id,
@@ -359,8 +437,11 @@ impl PlanApi {
             session_id,
             expected: expected_revision,
             if_missing: IfMissing::Fail,
+            action: Action::WritePlan,
+            caller: caller.clone(),
             bytes,
         };
+        let by = access::submitter_id(caller);
         let (modification, record, revision) = self
             .mutate(target, move |plan, now, limits| {
                 let m: Modification = plan
@@ -370,6 +451,7 @@ impl PlanApi {
                         new_description.clone(),
                         new_files.clone(),
                         new_verification.clone(),
+                        by.clone(),
                         now,
                         limits,
                     )?
@@ -386,6 +468,7 @@ impl PlanApi {
 
     async fn approve_modification(
         &self,
+        caller: &Caller,
         req: pb::ApproveModificationRequest,
     ) -> Result<pb::ApproveModificationResponse> {
         let bytes = req.encoded_len();
@@ -398,11 +481,14 @@ impl PlanApi {
             session_id,
             expected: expected_revision,
             if_missing: IfMissing::Fail,
+            action: Action::Approve,
+            caller: caller.clone(),
             bytes,
         };
+        let by = access::submitter_id(caller);
         let ((), record, revision) = self
             .mutate(target, move |plan, _, _| {
-                plan.approve_modification(modification_id)?;
+                plan.approve_modification(modification_id, &by)?;
                 Ok(((), Vec::new()))
             })
             .await?;
@@ -411,6 +497,7 @@ impl PlanApi {
 
     async fn reject_modification(
         &self,
+        caller: &Caller,
         req: pb::RejectModificationRequest,
     ) -> Result<pb::RejectModificationResponse> {
         let bytes = req.encoded_len();
@@ -423,11 +510,14 @@ impl PlanApi {
             session_id,
             expected: expected_revision,
             if_missing: IfMissing::Fail,
+            action: Action::Approve,
+            caller: caller.clone(),
             bytes,
         };
+        let by = access::submitter_id(caller);
         let ((), record, revision) = self
             .mutate(target, move |plan, _, _| {
-                plan.reject_modification(modification_id)?;
+                plan.reject_modification(modification_id, &by)?;
                 Ok(((), Vec::new()))
             })
             .await?;
@@ -436,6 +526,7 @@ impl PlanApi {
 
     async fn history(
         &self,
+        caller: &Caller,
         req: pb::ListPlanHistoryRequest,
     ) -> Result<pb::ListPlanHistoryResponse> {
         let pb::ListPlanHistoryRequest {
@@ -459,11 +550,12 @@ impl PlanApi {
                 .parse::<u64>()
                 .map_err(|_| Error::invalid("page_token", "not a token this server gave"))?
         };
+        let caller = caller.clone();
         let ((entries, next), revision) = self
             .state
             .store
             .read(move |v| {
-                ops::require_session(v, &session_id)?;
+                ops::authorize(v, &caller, Action::Read, &session_id)?;
                 Ok((
                     v.history(&session_id, from, limit, HISTORY_PAGE_BYTES)?,
                     v.revision()?,
@@ -477,7 +569,11 @@ impl PlanApi {
         })
     }
 
-    async fn check_action(&self, req: pb::CheckActionRequest) -> Result<pb::CheckActionResponse> {
+    async fn check_action(
+        &self,
+        caller: &Caller,
+        req: pb::CheckActionRequest,
+    ) -> Result<pb::CheckActionResponse> {
         let pb::CheckActionRequest {
             session_id,
             tool,
@@ -487,10 +583,18 @@ impl PlanApi {
         limits.check_resource_id("session_id", &session_id)?;
         limits.check_required_text(|| "tool".into(), &tool)?;
         limits.check_text(|| "action".into(), &action)?;
+        let caller = caller.clone();
         let (record, revision) = self
             .state
             .store
-            .read(move |v| Ok((ops::plan_or_default(v, &session_id)?, v.revision()?)))
+            .read(move |v| {
+                // An unknown session is in NORMAL mode; only the open door
+                // may ask about one (a principal's rights need the session).
+                if caller != Caller::Open {
+                    ops::authorize(v, &caller, Action::Read, &session_id)?;
+                }
+                Ok((ops::plan_or_default(v, &session_id)?, v.revision()?))
+            })
             .await?;
         let decision = plan_mode::check_action(
             &record.plan.mode,
@@ -552,7 +656,8 @@ macro_rules! plan_rpcs {
             $(
                 #[instrument(skip_all, fields(session_id = %Excerpt(&request.get_ref().session_id)), err)]
                 async fn $name(&self, request: Request<$req>) -> Result<Response<$resp>, Status> {
-                    self.$inner(request.into_inner()).await.map(Response::new).map_err(status)
+                    let caller = caller(&request)?;
+                    self.$inner(&caller, request.into_inner()).await.map(Response::new).map_err(status)
                 }
             )*
         }

@@ -4,11 +4,12 @@ use prost::Message as _;
 use tonic::{Request, Response, Status};
 use tracing::instrument;
 
-use super::State;
+use super::{State, caller};
 use crate::convert;
 use crate::status::status;
 use cairn_api as pb;
 use cairn_api::session_service_server::SessionService;
+use cairn_core::access::{self, Action, Caller};
 use cairn_core::error::{Error, Excerpt, Result};
 use cairn_core::session::{self, Session};
 use cairn_store::ops::{self, SessionPatch};
@@ -29,7 +30,11 @@ impl SessionApi {
         SessionApi { state }
     }
 
-    async fn create(&self, req: pb::CreateSessionRequest) -> Result<pb::CreateSessionResponse> {
+    async fn create(
+        &self,
+        caller: &Caller,
+        req: pb::CreateSessionRequest,
+    ) -> Result<pb::CreateSessionResponse> {
         let bytes = req.encoded_len();
         let pb::CreateSessionRequest { session } = req;
         let mut s: Session = session.map(convert::session_in).unwrap_or_default();
@@ -37,11 +42,12 @@ impl SessionApi {
             s.session_id = session::generate_id(|| fastrand::u64(..));
         }
         let policy = self.state.policy.clone();
+        let caller = caller.clone();
         let (s, revision) = self
             .state
             .store
             .write(bytes, move |ctx| {
-                ops::create_session(ctx, s.clone(), &policy.limits)
+                ops::create_session(ctx, s.clone(), &policy.limits, &caller)
             })
             .await?;
         Ok(pb::CreateSessionResponse {
@@ -50,16 +56,24 @@ impl SessionApi {
         })
     }
 
-    async fn get(&self, req: pb::GetSessionRequest) -> Result<pb::GetSessionResponse> {
+    async fn get(
+        &self,
+        caller: &Caller,
+        req: pb::GetSessionRequest,
+    ) -> Result<pb::GetSessionResponse> {
         let pb::GetSessionRequest { session_id } = req;
         self.state
             .policy
             .limits
             .check_resource_id("session_id", &session_id)?;
+        let caller = caller.clone();
         let (s, revision) = self
             .state
             .store
-            .read(move |v| Ok((ops::require_session(v, &session_id)?, v.revision()?)))
+            .read(move |v| {
+                let s = ops::authorize(v, &caller, Action::Read, &session_id)?;
+                Ok((s, v.revision()?))
+            })
             .await?;
         Ok(pb::GetSessionResponse {
             session: Some(convert::session_out(s)),
@@ -67,7 +81,11 @@ impl SessionApi {
         })
     }
 
-    async fn list(&self, req: pb::ListSessionsRequest) -> Result<pb::ListSessionsResponse> {
+    async fn list(
+        &self,
+        caller: &Caller,
+        req: pb::ListSessionsRequest,
+    ) -> Result<pb::ListSessionsResponse> {
         let pb::ListSessionsRequest {
             page_size,
             page_token,
@@ -97,10 +115,22 @@ impl SessionApi {
         if let Some(a) = &agent {
             limits.check_resource_id("agent_id", a)?;
         }
+        // A listing lies wholly in the caller's scope: everything, the
+        // children of a session it may read, or the sessions of an agent it
+        // acts as.
+        match (&parent, &agent) {
+            (None, None) => access::check_everything(caller)?,
+            (None, Some(a)) => access::check_todos(caller, a, false)?,
+            (Some(_), _) => {}
+        }
+        let caller = caller.clone();
         let (page, revision) = self
             .state
             .store
             .read(move |v| {
+                if let Some(p) = &parent {
+                    ops::authorize(v, &caller, Action::Read, p)?;
+                }
                 let page = ops::list_sessions(
                     v,
                     after.as_deref(),
@@ -122,7 +152,11 @@ impl SessionApi {
         })
     }
 
-    async fn update(&self, req: pb::UpdateSessionRequest) -> Result<pb::UpdateSessionResponse> {
+    async fn update(
+        &self,
+        caller: &Caller,
+        req: pb::UpdateSessionRequest,
+    ) -> Result<pb::UpdateSessionResponse> {
         let bytes = req.encoded_len();
         let pb::UpdateSessionRequest {
             session_id,
@@ -145,11 +179,12 @@ impl SessionApi {
             expected_revision,
         };
         let policy = self.state.policy.clone();
+        let caller = caller.clone();
         let (s, revision) = self
             .state
             .store
             .write(bytes, move |ctx| {
-                ops::update_session(ctx, &session_id, patch.clone(), &policy.limits)
+                ops::update_session(ctx, &session_id, patch.clone(), &policy.limits, &caller)
             })
             .await?;
         Ok(pb::UpdateSessionResponse {
@@ -158,7 +193,11 @@ impl SessionApi {
         })
     }
 
-    async fn delete(&self, req: pb::DeleteSessionRequest) -> Result<pb::DeleteSessionResponse> {
+    async fn delete(
+        &self,
+        caller: &Caller,
+        req: pb::DeleteSessionRequest,
+    ) -> Result<pb::DeleteSessionResponse> {
         let bytes = req.encoded_len();
         let pb::DeleteSessionRequest {
             session_id,
@@ -169,11 +208,12 @@ impl SessionApi {
             .policy
             .limits
             .check_resource_id("session_id", &session_id)?;
+        let caller = caller.clone();
         let (deleted_session_ids, revision) = self
             .state
             .store
             .write(bytes, move |ctx| {
-                ops::delete_session(ctx, &session_id, cascade, expected_revision)
+                ops::delete_session(ctx, &session_id, cascade, expected_revision, &caller)
             })
             .await?;
         Ok(pb::DeleteSessionResponse {
@@ -190,7 +230,8 @@ impl SessionService for SessionApi {
         &self,
         request: Request<pb::CreateSessionRequest>,
     ) -> Result<Response<pb::CreateSessionResponse>, Status> {
-        self.create(request.into_inner())
+        let caller = caller(&request)?;
+        self.create(&caller, request.into_inner())
             .await
             .map(Response::new)
             .map_err(status)
@@ -201,7 +242,8 @@ impl SessionService for SessionApi {
         &self,
         request: Request<pb::GetSessionRequest>,
     ) -> Result<Response<pb::GetSessionResponse>, Status> {
-        self.get(request.into_inner())
+        let caller = caller(&request)?;
+        self.get(&caller, request.into_inner())
             .await
             .map(Response::new)
             .map_err(status)
@@ -212,7 +254,8 @@ impl SessionService for SessionApi {
         &self,
         request: Request<pb::ListSessionsRequest>,
     ) -> Result<Response<pb::ListSessionsResponse>, Status> {
-        self.list(request.into_inner())
+        let caller = caller(&request)?;
+        self.list(&caller, request.into_inner())
             .await
             .map(Response::new)
             .map_err(status)
@@ -223,7 +266,8 @@ impl SessionService for SessionApi {
         &self,
         request: Request<pb::UpdateSessionRequest>,
     ) -> Result<Response<pb::UpdateSessionResponse>, Status> {
-        self.update(request.into_inner())
+        let caller = caller(&request)?;
+        self.update(&caller, request.into_inner())
             .await
             .map(Response::new)
             .map_err(status)
@@ -234,7 +278,8 @@ impl SessionService for SessionApi {
         &self,
         request: Request<pb::DeleteSessionRequest>,
     ) -> Result<Response<pb::DeleteSessionResponse>, Status> {
-        self.delete(request.into_inner())
+        let caller = caller(&request)?;
+        self.delete(&caller, request.into_inner())
             .await
             .map(Response::new)
             .map_err(status)

@@ -4,11 +4,12 @@ use prost::Message as _;
 use tonic::{Request, Response, Status};
 use tracing::instrument;
 
-use super::State;
+use super::{State, caller};
 use crate::convert;
 use crate::status::status;
 use cairn_api as pb;
 use cairn_api::todo_service_server::TodoService;
+use cairn_core::access::{self, Caller};
 use cairn_core::error::{Excerpt, Result};
 use cairn_store::ops;
 
@@ -24,12 +25,17 @@ impl TodoApi {
         TodoApi { state }
     }
 
-    async fn read(&self, req: pb::ReadTodosRequest) -> Result<pb::ReadTodosResponse> {
+    async fn read(
+        &self,
+        caller: &Caller,
+        req: pb::ReadTodosRequest,
+    ) -> Result<pb::ReadTodosResponse> {
         let pb::ReadTodosRequest { agent_id } = req;
         self.state
             .policy
             .limits
             .check_resource_id("agent_id", &agent_id)?;
+        access::check_todos(caller, &agent_id, false)?;
         let (list, revision) = self
             .state
             .store
@@ -41,13 +47,22 @@ impl TodoApi {
         })
     }
 
-    async fn write(&self, req: pb::WriteTodosRequest) -> Result<pb::WriteTodosResponse> {
+    async fn write(
+        &self,
+        caller: &Caller,
+        req: pb::WriteTodosRequest,
+    ) -> Result<pb::WriteTodosResponse> {
         let bytes = req.encoded_len();
         let pb::WriteTodosRequest {
             agent_id,
             todos,
             expected_revision,
         } = req;
+        self.state
+            .policy
+            .limits
+            .check_resource_id("agent_id", &agent_id)?;
+        access::check_todos(caller, &agent_id, true)?;
         let items = convert::todo_inputs(todos)?;
         let policy = self.state.policy.clone();
         let (list, revision) = self
@@ -77,7 +92,8 @@ impl TodoService for TodoApi {
         &self,
         request: Request<pb::ReadTodosRequest>,
     ) -> Result<Response<pb::ReadTodosResponse>, Status> {
-        self.read(request.into_inner())
+        let caller = caller(&request)?;
+        self.read(&caller, request.into_inner())
             .await
             .map(Response::new)
             .map_err(status)
@@ -88,7 +104,8 @@ impl TodoService for TodoApi {
         &self,
         request: Request<pb::WriteTodosRequest>,
     ) -> Result<Response<pb::WriteTodosResponse>, Status> {
-        self.write(request.into_inner())
+        let caller = caller(&request)?;
+        self.write(&caller, request.into_inner())
             .await
             .map(Response::new)
             .map_err(status)

@@ -3,16 +3,19 @@
 use std::pin::Pin;
 use std::time::Duration;
 
+use cairn_store::ops;
 use tokio_stream::{Stream, StreamExt};
 use tonic::{Request, Response, Status};
 use tracing::instrument;
 
-use super::State;
+use super::{State, authenticated};
+use crate::auth::Authenticated;
 use crate::convert;
 use crate::status::status;
 use crate::watch::{self, Condition, Item, Start, WaitTarget};
 use cairn_api as pb;
 use cairn_api::watch_service_server::WatchService;
+use cairn_core::access::{self, Action, Caller, SessionFacts};
 use cairn_core::error::{Error, Excerpt, Result};
 use cairn_store::hub::Target;
 
@@ -35,7 +38,49 @@ impl WatchApi {
         WatchApi { state }
     }
 
-    async fn watch_inner(&self, req: pb::WatchRequest) -> Result<WatchStream> {
+    /// Whether `caller` may follow `target`: the whole target must lie in
+    /// its scope (no silent filtering, which would make resume revisions
+    /// lie).
+    async fn authorize(&self, caller: &Caller, target: &Target) -> Result<()> {
+        if *caller == Caller::Open {
+            return Ok(());
+        }
+        match target {
+            Target::All | Target::Principals => return access::check_everything(caller),
+            Target::Agent(agent) => return access::check_todos(caller, agent, false),
+            Target::Session(_) | Target::Tree(_) | Target::Trees(_) | Target::Sessions(_) => {}
+        }
+        let caller = caller.clone();
+        let target = target.clone();
+        self.state
+            .store
+            .read(move |v| {
+                let ids: Vec<String> = match &target {
+                    Target::Session(id) | Target::Tree(id) => vec![id.clone()],
+                    Target::Sessions(ids) | Target::Trees(ids) => ids.iter().cloned().collect(),
+                    _ => Vec::new(),
+                };
+                for id in ids {
+                    let Some(s) = v.session(&id)? else {
+                        // Rights follow a session's place and agent: one that
+                        // does not exist yet is only for whole-store readers.
+                        access::check_everything(&caller)?;
+                        continue;
+                    };
+                    let mut chain = Vec::new();
+                    let facts: SessionFacts<'_> = ops::facts(v, &s, &mut chain)?;
+                    if matches!(target, Target::Tree(_) | Target::Trees(_)) {
+                        access::check_tree(&caller, &facts)?;
+                    } else {
+                        access::check_session(&caller, Action::Read, &facts)?;
+                    }
+                }
+                Ok(())
+            })
+            .await
+    }
+
+    async fn watch_inner(&self, who: Authenticated, req: pb::WatchRequest) -> Result<WatchStream> {
         let pb::WatchRequest {
             target,
             start_revision,
@@ -84,18 +129,42 @@ impl WatchApi {
             }
             None => self.state.progress_interval,
         };
+        self.authorize(&who.caller, &target).await?;
         watch::check_start(&self.state.store, start).await?;
-        let stream =
-            watch::watch(self.state.store.clone(), target, start, interval).map(
-                |item| match item {
-                    Ok(item) => Ok(response(item)),
-                    Err(e) => Err(status(e)),
-                },
-            );
+        let inner = watch::watch(self.state.store.clone(), target, start, interval);
+        let auth = std::sync::Arc::clone(&self.state.auth);
+        // A stream ends once its principal is deleted or its token rotated.
+        let stream = async_stream::stream! {
+            tokio::pin!(inner);
+            let revoked = auth.revoked(who.token_sha256.as_deref());
+            tokio::pin!(revoked);
+            loop {
+                tokio::select! {
+                    item = inner.next() => match item {
+                        Some(Ok(item)) => yield Ok(response(item)),
+                        Some(Err(e)) => {
+                            yield Err(status(e));
+                            break;
+                        }
+                        None => break,
+                    },
+                    () = &mut revoked => {
+                        yield Err(status(Error::Unauthenticated(
+                            "the token of this watch was revoked".into(),
+                        )));
+                        break;
+                    }
+                }
+            }
+        };
         Ok(Box::pin(stream))
     }
 
-    async fn wait_inner(&self, req: pb::WaitRequest) -> Result<pb::WaitResponse> {
+    async fn wait_inner(
+        &self,
+        who: Authenticated,
+        req: pb::WaitRequest,
+    ) -> Result<pb::WaitResponse> {
         let pb::WaitRequest {
             target,
             condition,
@@ -139,6 +208,11 @@ impl WatchApi {
             Some(d) => duration("timeout", d)?.min(MAX_WAIT),
             None => DEFAULT_WAIT,
         };
+        let hub_target = match &target {
+            WaitTarget::Tree(root) => Target::Tree(root.clone()),
+            WaitTarget::Sessions(ids) => Target::Sessions(ids.iter().cloned().collect()),
+        };
+        self.authorize(&who.caller, &hub_target).await?;
         let outcome = watch::wait(&self.state.store, target, condition, timeout).await?;
         Ok(pb::WaitResponse {
             satisfied: outcome.satisfied,
@@ -198,7 +272,8 @@ impl WatchService for WatchApi {
         &self,
         request: Request<pb::WatchRequest>,
     ) -> Result<Response<Self::WatchStream>, Status> {
-        self.watch_inner(request.into_inner())
+        let who = authenticated(&request)?;
+        self.watch_inner(who, request.into_inner())
             .await
             .map(Response::new)
             .map_err(status)
@@ -209,7 +284,8 @@ impl WatchService for WatchApi {
         &self,
         request: Request<pb::WaitRequest>,
     ) -> Result<Response<pb::WaitResponse>, Status> {
-        self.wait_inner(request.into_inner())
+        let who = authenticated(&request)?;
+        self.wait_inner(who, request.into_inner())
             .await
             .map(Response::new)
             .map_err(status)

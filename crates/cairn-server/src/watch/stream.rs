@@ -269,66 +269,91 @@ pub fn watch(
     }
 }
 
+/// A session and its plan, as snapshot events.
+fn push_session(
+    v: &dyn ReadView,
+    s: &Session,
+    ancestors: Vec<String>,
+    items: &mut Vec<Item>,
+) -> Result<()> {
+    let plan = v.plan(&s.session_id)?;
+    items.push(Delivered::single(
+        s.revision,
+        Event::session(EventKind::SessionCreated, s, ancestors.clone()),
+    ));
+    if let Some(p) = plan {
+        items.push(Delivered::single(p.revision, Event::plan(s, &p, ancestors)));
+    }
+    Ok(())
+}
+
+/// A session tree's objects, parents before children.
+fn snapshot_tree(v: &dyn ReadView, root: &str, items: &mut Vec<Item>) -> Result<()> {
+    if let Some(s) = v.session(root)? {
+        let chain = ops::ancestors(v, s.parent_session_id.as_deref())?;
+        // Pre-order, parents before children, each with its chain.
+        let mut stack = vec![(s, chain)];
+        while let Some((s, chain)) = stack.pop() {
+            let mut below = chain.clone();
+            below.push(s.session_id.clone());
+            let kids = v.children(&s.session_id)?;
+            for kid in kids.iter().rev() {
+                if let Some(k) = v.session(kid)? {
+                    stack.push((k, below.clone()));
+                }
+            }
+            push_session(v, &s, chain, items)?;
+        }
+    }
+    Ok(())
+}
+
 /// The current objects of `target` and the revision they were read at.
 fn snapshot(v: &dyn ReadView, target: &Target) -> Result<(Vec<Item>, u64)> {
     let at = v.revision()?;
     let mut items = Vec::new();
-    let push_session = |v: &dyn ReadView,
-                        s: Session,
-                        ancestors: Vec<String>,
-                        items: &mut Vec<Item>|
-     -> Result<()> {
-        let plan = v.plan(&s.session_id)?;
-        items.push(Delivered::single(
-            s.revision,
-            Event::session(EventKind::SessionCreated, &s, ancestors.clone()),
-        ));
-        if let Some(p) = plan {
-            items.push(Delivered::single(
-                p.revision,
-                Event::plan(&s, &p, ancestors),
-            ));
-        }
-        Ok(())
-    };
     match target {
         Target::Session(id) => {
             if let Some(s) = v.session(id)? {
                 let chain = ops::ancestors(v, s.parent_session_id.as_deref())?;
-                push_session(v, s, chain, &mut items)?;
+                push_session(v, &s, chain, &mut items)?;
             }
         }
         Target::Sessions(ids) => {
             for id in ids {
                 if let Some(s) = v.session(id)? {
                     let chain = ops::ancestors(v, s.parent_session_id.as_deref())?;
-                    push_session(v, s, chain, &mut items)?;
+                    push_session(v, &s, chain, &mut items)?;
                 }
             }
         }
-        Target::Tree(root) => {
-            if let Some(s) = v.session(root)? {
-                let chain = ops::ancestors(v, s.parent_session_id.as_deref())?;
-                // Pre-order, parents before children, each with its chain.
-                let mut stack = vec![(s, chain)];
-                while let Some((s, chain)) = stack.pop() {
-                    let mut below = chain.clone();
-                    below.push(s.session_id.clone());
-                    let kids = v.children(&s.session_id)?;
-                    for kid in kids.iter().rev() {
-                        if let Some(k) = v.session(kid)? {
-                            stack.push((k, below.clone()));
-                        }
-                    }
-                    push_session(v, s, chain, &mut items)?;
+        Target::Tree(root) => snapshot_tree(v, root, &mut items)?,
+        Target::Trees(roots) => {
+            for root in roots {
+                // A root inside another root's tree is already in it.
+                let chain = match v.session(root)? {
+                    Some(s) => ops::ancestors(v, s.parent_session_id.as_deref())?,
+                    None => continue,
+                };
+                if chain.iter().any(|a| roots.contains(a)) {
+                    continue;
                 }
+                snapshot_tree(v, root, &mut items)?;
             }
         }
         Target::Agent(agent) => {
+            for id in v.agent_sessions(agent)? {
+                if let Some(s) = v.session(&id)? {
+                    let chain = ops::ancestors(v, s.parent_session_id.as_deref())?;
+                    push_session(v, &s, chain, &mut items)?;
+                }
+            }
             if let Some(t) = v.todos(agent)? {
                 items.push(Delivered::single(t.revision, Event::todos(&t)));
             }
         }
+        // Never a watch target of a client.
+        Target::Principals => {}
         Target::All => {
             let mut sessions = Vec::new();
             let mut after: Option<String> = None;
@@ -349,7 +374,7 @@ fn snapshot(v: &dyn ReadView, target: &Target) -> Result<(Vec<Item>, u64)> {
             with_chains
                 .sort_by(|a, b| (a.1.len(), &a.0.session_id).cmp(&(b.1.len(), &b.0.session_id)));
             for (s, chain) in with_chains {
-                push_session(v, s, chain, &mut items)?;
+                push_session(v, &s, chain, &mut items)?;
             }
             for t in v.all_todos()? {
                 items.push(Delivered::single(t.revision, Event::todos(&t)));

@@ -16,36 +16,43 @@
 //! - **CSRF token**: a state-changing request must carry the token the
 //!   server put in the page, which another site's page cannot read;
 //! - **CSP** with `frame-ancestors 'none'` (and `X-Frame-Options`): no
-//!   framing, so no clickjacking of Approve, and no inline script at all.
+//!   framing, so no clickjacking of Approve, and no inline script at all;
+//! - **sign-in** with `--auth token`: a person signs in with a token, and
+//!   gets an `HttpOnly`, `SameSite=Strict` session cookie (and a CSRF token
+//!   of that session); every page, event stream and action needs it, and
+//!   acts with that principal's rights.
 //!
 //! Untrusted text (steps, titles, ids) is only ever set as text by the
 //! script, never parsed as HTML.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::convert::Infallible;
 use std::fmt::Write as _;
 use std::net::SocketAddr;
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
-use axum::extract::{Path, Request, State as AxumState};
+use axum::extract::{Extension, Form, Path, Request, State as AxumState};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
-use axum::response::{Html, IntoResponse, Response};
+use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use cairn_core::access::{Caller, Role};
+use cairn_core::error::Excerpt;
+use cairn_store::hub::Target;
 use serde::Deserialize;
 use tokio::net::TcpListener;
-use tokio_stream::{Stream, StreamExt};
+use tokio_stream::StreamExt;
 
-use cairn_store::hub::Target;
-
+use crate::auth::{AuthMode, token_sha256};
 use crate::services::State;
 use crate::services::plan::PlanApi;
 use crate::watch::{self, Item, Start};
 
 const PAGE: &str = include_str!("index.html");
+const LOGIN: &str = include_str!("login.html");
 const SCRIPT: &str = include_str!("app.js");
 const STYLE: &str = include_str!("app.css");
 
@@ -61,31 +68,73 @@ const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; conn
 pub struct Web {
     state: State,
     guard: Arc<Guard>,
+    browsers: Arc<Browsers>,
 }
 
-/// Who may talk to the dashboard.
+/// Who may talk to the dashboard at all.
 #[derive(Debug)]
 struct Guard {
     /// `Host` values that name this dashboard, lowercased.
     hosts: HashSet<String>,
     /// Origins whose pages may change state, lowercased.
     origins: HashSet<String>,
-    /// The page's CSRF token, fresh per process.
+}
+
+/// A signed-in browser.
+#[derive(Debug, Clone)]
+struct Browser {
+    /// The hash of the token it signed in with; the principal is looked up
+    /// by it on every request, so a revoked token signs the browser out.
+    token_sha256: Option<String>,
+    /// The CSRF token of its page.
     csrf: String,
-    /// The page with the token in it.
-    page: String,
+    expires: Instant,
+}
+
+/// Signed-in browsers by session cookie; with authentication off, one
+/// implicit browser holds the process's CSRF token.
+#[derive(Debug)]
+struct Browsers {
+    open: Option<Browser>,
+    signed_in: Mutex<HashMap<String, Browser>>,
+    /// Whether cookies are `Secure` (the dashboard is served over TLS).
+    secure: bool,
+}
+
+/// Name of the session cookie.
+const COOKIE: &str = "cairn_session";
+/// How long a sign-in lasts.
+const SIGN_IN_FOR: Duration = Duration::from_secs(12 * 60 * 60);
+/// Most browsers signed in at once; the oldest go first.
+const MAX_BROWSERS: usize = 10_000;
+
+/// A request's browser, as the guard found it.
+#[derive(Debug, Clone)]
+struct Signed {
+    caller: Caller,
+    token_sha256: Option<String>,
+    csrf: String,
 }
 
 impl Web {
     /// The dashboard for `state`, listening on `listener`, also reachable
-    /// through `origins` (e.g. a reverse proxy's `https://cairn.example.com`).
-    pub fn new(state: State, listener: &TcpListener, origins: &[String]) -> Self {
+    /// through `origins` (e.g. a reverse proxy's `https://cairn.example.com`);
+    /// `secure` when it is served over TLS.
+    pub fn new(state: State, listener: &TcpListener, origins: &[String], secure: bool) -> Self {
         let listen = listener.local_addr().ok();
-        let csrf = random_token();
-        let page = PAGE.replace("{{CSRF_TOKEN}}", &csrf);
+        let open = (state.auth.mode() == AuthMode::Off).then(|| Browser {
+            token_sha256: None,
+            csrf: random_token(),
+            expires: Instant::now() + Duration::from_secs(u64::from(u32::MAX)),
+        });
         Web {
             state,
-            guard: Arc::new(Guard::new(listen, origins, csrf, page)),
+            guard: Arc::new(Guard::new(listen, origins)),
+            browsers: Arc::new(Browsers {
+                open,
+                signed_in: Mutex::new(HashMap::new()),
+                secure,
+            }),
         }
     }
 
@@ -93,6 +142,8 @@ impl Web {
     pub fn router(self) -> Router {
         Router::new()
             .route("/", get(page))
+            .route("/login", get(login_page).post(login))
+            .route("/logout", post(logout))
             .route("/app.js", get(script))
             .route("/app.css", get(style))
             .route("/events", get(events))
@@ -101,10 +152,86 @@ impl Web {
             .layer(middleware::from_fn_with_state(self.clone(), guarded))
             .with_state(self)
     }
+
+    /// The browser a request comes from, if it signed in (or authentication
+    /// is off), with its principal as of now.
+    async fn browser(&self, headers: &HeaderMap) -> Option<Signed> {
+        if let Some(open) = &self.browsers.open {
+            return Some(Signed {
+                caller: Caller::Open,
+                token_sha256: None,
+                csrf: open.csrf.clone(),
+            });
+        }
+        let id = cookie(headers, COOKIE)?;
+        let browser = {
+            let mut all = self
+                .browsers
+                .signed_in
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            match all.get(&id) {
+                Some(b) if b.expires > Instant::now() => b.clone(),
+                Some(_) => {
+                    all.remove(&id);
+                    return None;
+                }
+                None => return None,
+            }
+        };
+        let hash = browser.token_sha256.clone()?;
+        let principal = self.state.auth.principal_by_hash(&hash).await.ok()?;
+        Some(Signed {
+            caller: Caller::Principal(principal),
+            token_sha256: Some(hash),
+            csrf: browser.csrf,
+        })
+    }
+
+    /// Signs a browser in; returns its session cookie's value.
+    fn sign_in(&self, token_sha256: String) -> String {
+        let id = random_token();
+        let mut all = self
+            .browsers
+            .signed_in
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let now = Instant::now();
+        all.retain(|_, b| b.expires > now);
+        if all.len() >= MAX_BROWSERS
+            && let Some(oldest) = all
+                .iter()
+                .min_by_key(|(_, b)| b.expires)
+                .map(|(k, _)| k.clone())
+        {
+            all.remove(&oldest);
+        }
+        all.insert(
+            id.clone(),
+            Browser {
+                token_sha256: Some(token_sha256),
+                csrf: random_token(),
+                expires: now + SIGN_IN_FOR,
+            },
+        );
+        id
+    }
+}
+
+/// A cookie's value from the request headers.
+fn cookie(headers: &HeaderMap, name: &str) -> Option<String> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|c| c.trim().split_once('='))
+        .find(|(k, _)| *k == name)
+        .map(|(_, v)| v.to_owned())
 }
 
 impl Guard {
-    fn new(listen: Option<SocketAddr>, origins: &[String], csrf: String, page: String) -> Self {
+    fn new(listen: Option<SocketAddr>, origins: &[String]) -> Self {
         let mut hosts = HashSet::new();
         if let Some(addr) = listen {
             let port = addr.port();
@@ -133,12 +260,11 @@ impl Guard {
         Guard {
             hosts,
             origins: allowed,
-            csrf,
-            page,
         }
     }
 
-    /// Why a request is refused, if it is.
+    /// Why a request is refused before anything else, if it is: another
+    /// host name, or a change from another origin.
     fn refuse(
         &self,
         method: &Method,
@@ -168,15 +294,17 @@ impl Guard {
         {
             return Some("cross-site requests may not change anything");
         }
-        let token = headers
-            .get(CSRF_HEADER)
-            .map(HeaderValue::as_bytes)
-            .unwrap_or_default();
-        if !same_bytes(token, self.csrf.as_bytes()) {
-            return Some("missing or wrong CSRF token: reload the dashboard");
-        }
         None
     }
+}
+
+/// Whether a state-changing request carries its page's CSRF token.
+fn csrf_ok(headers: &HeaderMap, signed: &Signed) -> bool {
+    let token = headers
+        .get(CSRF_HEADER)
+        .map(HeaderValue::as_bytes)
+        .unwrap_or_default();
+    same_bytes(token, signed.csrf.as_bytes())
 }
 
 /// Compares in time independent of where the inputs differ.
@@ -200,23 +328,42 @@ fn random_token() -> String {
     hex
 }
 
-/// Checks host, origin and token, then adds the security headers.
-async fn guarded(AxumState(web): AxumState<Web>, request: Request, next: Next) -> Response {
+fn refused(status: StatusCode, why: &'static str) -> Response {
+    (status, Json(serde_json::json!({ "error": why }))).into_response()
+}
+
+/// Checks host and origin, finds the browser's sign-in, checks the CSRF
+/// token of changes, then adds the security headers.
+async fn guarded(AxumState(web): AxumState<Web>, mut request: Request, next: Next) -> Response {
     let authority = request.uri().authority().map(|a| a.as_str().to_owned());
-    let mut response = match web.guard.refuse(
-        request.method(),
-        request.headers(),
-        authority.as_deref(),
-    ) {
-        Some(why) => {
-            tracing::warn!(method = %request.method(), path = %cairn_core::error::Excerpt(request.uri().path()), why, "dashboard request refused");
-            (
-                StatusCode::FORBIDDEN,
-                Json(serde_json::json!({ "error": why })),
-            )
-                .into_response()
+    let path = request.uri().path().to_owned();
+    let method = request.method().clone();
+    let mut response = if let Some(why) =
+        web.guard
+            .refuse(&method, request.headers(), authority.as_deref())
+    {
+        tracing::warn!(method = %method, path = %Excerpt(&path), why, "dashboard request refused");
+        refused(StatusCode::FORBIDDEN, why)
+    } else {
+        let open_path = matches!(path.as_str(), "/login" | "/app.js" | "/app.css");
+        match web.browser(request.headers()).await {
+            Some(signed) => {
+                let changes = !matches!(method, Method::GET | Method::HEAD);
+                if changes && path != "/login" && !csrf_ok(request.headers(), &signed) {
+                    tracing::warn!(method = %method, path = %Excerpt(&path), "dashboard change without its CSRF token refused");
+                    refused(
+                        StatusCode::FORBIDDEN,
+                        "missing or wrong CSRF token: reload the dashboard",
+                    )
+                } else {
+                    request.extensions_mut().insert(signed);
+                    next.run(request).await
+                }
+            }
+            None if open_path => next.run(request).await,
+            None if path == "/" => Redirect::to("/login").into_response(),
+            None => refused(StatusCode::UNAUTHORIZED, "sign in first"),
         }
-        None => next.run(request).await,
     };
     let headers = response.headers_mut();
     headers.insert(
@@ -244,8 +391,67 @@ async fn guarded(AxumState(web): AxumState<Web>, request: Request, next: Next) -
     response
 }
 
-async fn page(AxumState(web): AxumState<Web>) -> Html<String> {
-    Html(web.guard.page.clone())
+async fn page(Extension(signed): Extension<Signed>) -> Html<String> {
+    Html(PAGE.replace("{{CSRF_TOKEN}}", &signed.csrf))
+}
+
+/// The sign-in form; `error` says why the last try failed.
+fn login_form(error: &str) -> Html<String> {
+    Html(LOGIN.replace("{{ERROR}}", error))
+}
+
+async fn login_page() -> Html<String> {
+    login_form("")
+}
+
+/// Body of the sign-in form.
+#[derive(Debug, Deserialize)]
+struct SignIn {
+    token: String,
+}
+
+async fn login(AxumState(web): AxumState<Web>, Form(form): Form<SignIn>) -> Response {
+    if web.state.auth.mode() == AuthMode::Off {
+        return Redirect::to("/").into_response();
+    }
+    let hash = token_sha256(form.token.trim());
+    match web.state.auth.principal_by_hash(&hash).await {
+        Ok(principal) => {
+            tracing::info!(principal = %Excerpt(&principal.principal_id), "signed in to the dashboard");
+            let id = web.sign_in(hash);
+            let secure = if web.browsers.secure { "; Secure" } else { "" };
+            let cookie = format!(
+                "{COOKIE}={id}; HttpOnly; SameSite=Strict; Path=/; Max-Age={}{secure}",
+                SIGN_IN_FOR.as_secs()
+            );
+            let mut response = Redirect::to("/").into_response();
+            if let Ok(value) = HeaderValue::from_str(&cookie) {
+                response.headers_mut().insert(header::SET_COOKIE, value);
+            }
+            response
+        }
+        Err(_) => (
+            StatusCode::UNAUTHORIZED,
+            login_form("That token is unknown or revoked."),
+        )
+            .into_response(),
+    }
+}
+
+async fn logout(AxumState(web): AxumState<Web>, headers: HeaderMap) -> Response {
+    if let Some(id) = cookie(&headers, COOKIE) {
+        web.browsers
+            .signed_in
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&id);
+    }
+    let mut response = Redirect::to("/login").into_response();
+    response.headers_mut().insert(
+        header::SET_COOKIE,
+        HeaderValue::from_static("cairn_session=; HttpOnly; SameSite=Strict; Path=/; Max-Age=0"),
+    );
+    response
 }
 
 async fn script() -> impl IntoResponse {
@@ -259,35 +465,64 @@ async fn style() -> impl IntoResponse {
     ([(header::CONTENT_TYPE, "text/css; charset=utf-8")], STYLE)
 }
 
-/// Everything, as it is now and as it changes: each message is one event
-/// of the watch stream as JSON (`change`), then `synced`, then changes.
-async fn events(
-    AxumState(web): AxumState<Web>,
-) -> Sse<impl Stream<Item = Result<SseEvent, Infallible>>> {
-    let stream = watch::watch(
+/// Everything the signed-in principal may see, as it is now and as it
+/// changes: each message is one event of the watch stream as JSON
+/// (`change`), then `synced`, then changes. It ends when the principal's
+/// token is revoked.
+async fn events(AxumState(web): AxumState<Web>, Extension(signed): Extension<Signed>) -> Response {
+    let target = match &signed.caller {
+        Caller::Open => Target::All,
+        Caller::Principal(p) if p.reads_everything() => Target::All,
+        Caller::Principal(p)
+            if !p.session_roots.is_empty()
+                && (p.has(Role::Viewer) || p.has(Role::Approver) || p.has(Role::Orchestrator)) =>
+        {
+            Target::Trees(p.session_roots.iter().cloned().collect())
+        }
+        Caller::Principal(_) => {
+            return refused(
+                StatusCode::FORBIDDEN,
+                "the dashboard shows session trees: it needs a viewer, approver or orchestrator principal",
+            );
+        }
+    };
+    let inner = watch::watch(
         web.state.store.clone(),
-        Target::All,
+        target,
         Start::Snapshot,
         Duration::from_secs(15),
-    )
-    .map_while(|item| match item {
-        Ok(Item::Event(d)) => Some(
-            SseEvent::default()
-                .event("change")
-                .json_data(serde_json::json!({ "revision": d.revision, "event": d.event }))
-                .ok(),
-        ),
-        Ok(Item::Synced(r)) => Some(Some(
-            SseEvent::default().event("synced").data(r.to_string()),
-        )),
-        Ok(Item::Progress(r)) => Some(Some(
-            SseEvent::default().event("progress").data(r.to_string()),
-        )),
-        // The browser's EventSource reconnects and starts over.
-        Err(_) => None,
-    })
-    .filter_map(|e| e.map(Ok));
-    Sse::new(stream).keep_alive(KeepAlive::default())
+    );
+    let auth = Arc::clone(&web.state.auth);
+    let hash = signed.token_sha256;
+    let stream = async_stream::stream! {
+        tokio::pin!(inner);
+        let revoked = auth.revoked(hash.as_deref());
+        tokio::pin!(revoked);
+        loop {
+            let item = tokio::select! {
+                item = inner.next() => item,
+                () = &mut revoked => break,
+            };
+            let event = match item {
+                Some(Ok(Item::Event(d))) => SseEvent::default()
+                    .event("change")
+                    .json_data(serde_json::json!({ "revision": d.revision, "event": d.event }))
+                    .ok(),
+                Some(Ok(Item::Synced(r))) => Some(SseEvent::default().event("synced").data(r.to_string())),
+                Some(Ok(Item::Progress(r))) => {
+                    Some(SseEvent::default().event("progress").data(r.to_string()))
+                }
+                // The browser's EventSource reconnects and starts over.
+                Some(Err(_)) | None => break,
+            };
+            if let Some(event) = event {
+                yield Ok::<_, Infallible>(event);
+            }
+        }
+    };
+    Sse::new(stream)
+        .keep_alive(KeepAlive::default())
+        .into_response()
 }
 
 /// Body of approve / reject.
@@ -304,6 +539,8 @@ fn failed(e: &cairn_core::error::Error) -> Response {
         tonic::Code::NotFound => StatusCode::NOT_FOUND,
         tonic::Code::FailedPrecondition | tonic::Code::Aborted => StatusCode::CONFLICT,
         tonic::Code::InvalidArgument | tonic::Code::ResourceExhausted => StatusCode::BAD_REQUEST,
+        tonic::Code::PermissionDenied => StatusCode::FORBIDDEN,
+        tonic::Code::Unauthenticated => StatusCode::UNAUTHORIZED,
         _ => StatusCode::INTERNAL_SERVER_ERROR,
     };
     (code, Json(serde_json::json!({ "error": e.to_string() }))).into_response()
@@ -311,6 +548,7 @@ fn failed(e: &cairn_core::error::Error) -> Response {
 
 async fn approve(
     AxumState(web): AxumState<Web>,
+    Extension(signed): Extension<Signed>,
     Path(id): Path<String>,
     body: Option<Json<Decision>>,
 ) -> Response {
@@ -322,7 +560,7 @@ async fn approve(
     };
     let bytes = id.len() + approver.len();
     match PlanApi::new(web.state)
-        .approve(id, approver, None, bytes)
+        .approve(&signed.caller, id, approver, None, bytes)
         .await
     {
         Ok((_, revision)) => Json(serde_json::json!({ "revision": revision })).into_response(),
@@ -332,13 +570,14 @@ async fn approve(
 
 async fn reject(
     AxumState(web): AxumState<Web>,
+    Extension(signed): Extension<Signed>,
     Path(id): Path<String>,
     body: Option<Json<Decision>>,
 ) -> Response {
     let Json(d) = body.unwrap_or_default();
     let bytes = id.len() + d.reason.len();
     match PlanApi::new(web.state)
-        .reject(id, d.reason, None, bytes)
+        .reject(&signed.caller, id, d.reason, None, bytes)
         .await
     {
         Ok((_, revision)) => Json(serde_json::json!({ "revision": revision })).into_response(),
@@ -354,8 +593,6 @@ mod tests {
         Guard::new(
             Some("127.0.0.1:8080".parse().unwrap()),
             &["https://Cairn.example.com/".into()],
-            "t0ken".into(),
-            String::new(),
         )
     }
 
@@ -368,7 +605,7 @@ mod tests {
     }
 
     #[test]
-    fn hosts_origins_and_tokens() {
+    fn hosts_and_origins() {
         let g = guard();
         let get = Method::GET;
         let post = Method::POST;
@@ -389,25 +626,30 @@ mod tests {
                 .is_some()
         );
         assert!(g.refuse(&get, &HeaderMap::new(), None).is_some());
-        let ok = [("host", "127.0.0.1:8080"), ("x-csrf-token", "t0ken")];
+        let ok = [("host", "127.0.0.1:8080")];
         assert_eq!(g.refuse(&post, &headers(&ok), None), None);
-        assert!(
-            g.refuse(&post, &headers(&[("host", "127.0.0.1:8080")]), None)
-                .is_some()
-        );
-        assert!(
-            g.refuse(
-                &post,
-                &headers(&[("host", "127.0.0.1:8080"), ("x-csrf-token", "t0keN")]),
-                None
-            )
-            .is_some()
-        );
         let mut cross = ok.to_vec();
         cross.push(("origin", "https://evil.example"));
         assert!(g.refuse(&post, &headers(&cross), None).is_some());
         let mut same = ok.to_vec();
         same.push(("origin", "https://cairn.example.com"));
         assert_eq!(g.refuse(&post, &headers(&same), None), None);
+        let mut site = ok.to_vec();
+        site.push(("sec-fetch-site", "cross-site"));
+        assert!(g.refuse(&post, &headers(&site), None).is_some());
+    }
+
+    #[test]
+    fn csrf_tokens_and_cookies() {
+        let signed = Signed {
+            caller: Caller::Open,
+            token_sha256: None,
+            csrf: "t0ken".into(),
+        };
+        assert!(csrf_ok(&headers(&[("x-csrf-token", "t0ken")]), &signed));
+        assert!(!csrf_ok(&headers(&[("x-csrf-token", "t0keN")]), &signed));
+        assert!(!csrf_ok(&HeaderMap::new(), &signed));
+        let h = headers(&[("cookie", "a=1; cairn_session=abc; b=2")]);
+        assert_eq!(cookie(&h, COOKIE).as_deref(), Some("abc"));
     }
 }

@@ -6,6 +6,7 @@
 // best as one long story.
 #![allow(clippy::unwrap_used, clippy::too_many_lines)]
 
+mod access;
 mod inputs;
 mod plan_mode;
 mod plans;

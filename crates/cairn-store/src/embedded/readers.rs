@@ -82,4 +82,8 @@ failed_view! {
     all_todos() -> Vec<records::TodoRecord>;
     revisions_from(u64, usize, usize) -> Vec<Revision>;
     revision_times(u64, usize) -> Vec<(u64, Micros)>;
+    agent_sessions(&str) -> Vec<String>;
+    principal(&str) -> Option<records::PrincipalRecord>;
+    principal_by_token(&str) -> Option<records::PrincipalRecord>;
+    principals_after(Option<&str>, usize) -> Vec<records::PrincipalRecord>;
 }

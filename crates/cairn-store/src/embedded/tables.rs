@@ -16,7 +16,7 @@ use redb::{
 use serde::de::DeserializeOwned;
 
 use crate::codec::{decode, encode};
-use crate::records::{PlanRecord, Revision, SessionPage, TodoRecord};
+use crate::records::{PlanRecord, PrincipalRecord, Revision, SessionPage, TodoRecord};
 use crate::seam::{ReadView, WriteView};
 
 const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
@@ -29,6 +29,13 @@ const EVENTS: TableDefinition<u64, &[u8]> = TableDefinition::new("events");
 /// Commit time of each logged revision, so the compactor decides what is
 /// due from 16 bytes a revision instead of decoding whole revisions.
 const EVENT_TIMES: TableDefinition<u64, i64> = TableDefinition::new("event_times");
+
+/// Sessions by agent, for agent watches and listing by agent.
+const AGENT_SESSIONS: TableDefinition<(&str, &str), ()> = TableDefinition::new("agent_sessions");
+const PRINCIPALS: TableDefinition<&str, &[u8]> = TableDefinition::new("principals");
+/// Principal id by the hex SHA-256 of its token: tokens themselves are
+/// never stored.
+const TOKENS: TableDefinition<&str, &str> = TableDefinition::new("tokens");
 
 const REVISION_KEY: &str = "revision";
 const COMPACT_KEY: &str = "compact_revision";
@@ -146,6 +153,22 @@ pub fn open(
         txn.open_table(PLANS)?;
         txn.open_table(HISTORY)?;
         txn.open_table(TODOS)?;
+        txn.open_table(PRINCIPALS)?;
+        txn.open_table(TOKENS)?;
+        // A store written before the agent index existed: index it once.
+        let sessions = txn.open_table(SESSIONS)?;
+        let mut by_agent = txn.open_table(AGENT_SESSIONS)?;
+        if by_agent.is_empty()? && !sessions.is_empty()? {
+            for entry in sessions.range::<&str>(..)? {
+                let (_, v) = entry?;
+                let s: Session = decode(v.value())?;
+                if !s.agent_id.is_empty() {
+                    by_agent.insert((s.agent_id.as_str(), s.session_id.as_str()), ())?;
+                }
+            }
+        }
+        drop(by_agent);
+        drop(sessions);
         let events = txn.open_table(EVENTS)?;
         let mut times = txn.open_table(EVENT_TIMES)?;
         // A store written before the times table existed: index it once.
@@ -320,6 +343,52 @@ impl ReadView for RedbView<'_> {
             Ok(out)
         })
     }
+
+    fn agent_sessions(&self, agent_id: &str) -> Result<Vec<String>> {
+        with_table!(self, AGENT_SESSIONS, |t| {
+            let mut out = Vec::new();
+            for entry in t.range((agent_id, "")..)? {
+                let (k, ()) = entry.map(|(k, _)| (k, ()))?;
+                let (agent, session) = k.value();
+                if agent != agent_id {
+                    break;
+                }
+                out.push(session.to_owned());
+            }
+            Ok(out)
+        })
+    }
+
+    fn principal(&self, id: &str) -> Result<Option<PrincipalRecord>> {
+        with_table!(self, PRINCIPALS, |t| get_record(&t, id))
+    }
+
+    fn principal_by_token(&self, token_sha256: &str) -> Result<Option<PrincipalRecord>> {
+        let id = with_table!(self, TOKENS, |t| Ok(t
+            .get(token_sha256)?
+            .map(|v| v.value().to_owned())))?;
+        match id {
+            Some(id) => self.principal(&id),
+            None => Ok(None),
+        }
+    }
+
+    fn principals_after(&self, after: Option<&str>, limit: usize) -> Result<Vec<PrincipalRecord>> {
+        with_table!(self, PRINCIPALS, |t| {
+            let range = match after {
+                Some(a) => {
+                    t.range::<&str>((std::ops::Bound::Excluded(a), std::ops::Bound::Unbounded))?
+                }
+                None => t.range::<&str>(..)?,
+            };
+            let mut out = Vec::new();
+            for entry in range.take(limit) {
+                let (_, v) = entry?;
+                out.push(decode(v.value())?);
+            }
+            Ok(out)
+        })
+    }
 }
 
 /// A write transaction seen through [`WriteView`].
@@ -372,6 +441,18 @@ impl ReadView for RedbWrite<'_> {
     }
     fn revision_times(&self, from: u64, limit: usize) -> Result<Vec<(u64, Micros)>> {
         self.view().revision_times(from, limit)
+    }
+    fn agent_sessions(&self, agent_id: &str) -> Result<Vec<String>> {
+        self.view().agent_sessions(agent_id)
+    }
+    fn principal(&self, id: &str) -> Result<Option<PrincipalRecord>> {
+        self.view().principal(id)
+    }
+    fn principal_by_token(&self, token_sha256: &str) -> Result<Option<PrincipalRecord>> {
+        self.view().principal_by_token(token_sha256)
+    }
+    fn principals_after(&self, after: Option<&str>, limit: usize) -> Result<Vec<PrincipalRecord>> {
+        self.view().principals_after(after, limit)
     }
 }
 
@@ -445,6 +526,54 @@ impl WriteView for RedbWrite<'_> {
             self.txn
                 .open_table(TODOS)?
                 .insert(t.agent_id.as_str(), encode(t)?.as_slice())?;
+            Ok(())
+        })
+    }
+
+    fn put_agent_session(&mut self, agent_id: &str, session_id: &str) -> Result<()> {
+        db(|| {
+            self.txn
+                .open_table(AGENT_SESSIONS)?
+                .insert((agent_id, session_id), ())?;
+            Ok(())
+        })
+    }
+
+    fn delete_agent_session(&mut self, agent_id: &str, session_id: &str) -> Result<()> {
+        db(|| {
+            self.txn
+                .open_table(AGENT_SESSIONS)?
+                .remove((agent_id, session_id))?;
+            Ok(())
+        })
+    }
+
+    fn put_principal(&mut self, p: &PrincipalRecord) -> Result<()> {
+        db(|| {
+            let id = p.principal.principal_id.as_str();
+            let mut tokens = self.txn.open_table(TOKENS)?;
+            // A rotation replaces the old hash: the old token stops working
+            // in the same commit.
+            if let Some(old) = self.txn.open_table(PRINCIPALS)?.get(id)? {
+                let old: PrincipalRecord = decode(old.value())?;
+                tokens.remove(old.token_sha256.as_str())?;
+            }
+            tokens.insert(p.token_sha256.as_str(), id)?;
+            self.txn
+                .open_table(PRINCIPALS)?
+                .insert(id, encode(p)?.as_slice())?;
+            Ok(())
+        })
+    }
+
+    fn delete_principal(&mut self, p: &PrincipalRecord) -> Result<()> {
+        db(|| {
+            self.txn
+                .open_table(TOKENS)?
+                .remove(p.token_sha256.as_str())?;
+            self.txn
+                .open_table(PRINCIPALS)?
+                .remove(p.principal.principal_id.as_str())?;
             Ok(())
         })
     }

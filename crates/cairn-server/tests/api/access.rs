@@ -1,0 +1,924 @@
+//! Every RPC for every role, in scope and out of scope, with
+//! `--auth token`: the expected outcome of each comes from the table below,
+//! one row per RPC.
+//!
+//! The principals: the bootstrap `admin`; `orch` (orchestrator of the tree
+//! `in`); `coder` (agent of the agent id `coder`); `lead` (approver of
+//! `in`); `watcher` (viewer of `in`). Each cell gets fresh sessions `in:rN`
+//! (agent `coder`) and `out:rN` (agent `other`), brought by a separate
+//! `setup` principal into the state the RPC needs (a plan awaiting
+//! approval, an active plan, a pending modification), so an allowed call
+//! succeeds and a refused one changes nothing.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use cairn_api as pb;
+use cairn_api::auth_service_client::AuthServiceClient;
+use cairn_api::plan_service_client::PlanServiceClient;
+use cairn_api::session_service_client::SessionServiceClient;
+use cairn_api::todo_service_client::TodoServiceClient;
+use cairn_api::watch_service_client::WatchServiceClient;
+use cairn_server::auth::AuthMode;
+use cairn_testkit::{Authed, Bearer, TestServer, five_steps, todo, update};
+use tonic::Code;
+use tonic::transport::Channel;
+use tonic_types::StatusExt;
+
+/// Who calls, in the order of the table's columns.
+const ROLES: [&str; 5] = ["admin", "orch", "coder", "lead", "watcher"];
+
+/// `Y`: allowed (OK); `N`: PERMISSION_DENIED. Columns follow `ROLES`:
+/// admin, orchestrator, agent, approver, viewer.
+const MATRIX: &[(&str, &str, &str)] = &[
+    // rpc                     in scope  out of scope
+    ("CreateSession", "YYYNN", "YNNNN"),
+    ("GetSession", "YYYYY", "YNNNN"),
+    ("ListSessions", "YYYYY", "YNNNN"),
+    ("ListAllSessions", "YNNNN", "YNNNN"),
+    ("UpdateSession", "YYNNN", "YNNNN"),
+    ("DeleteSession", "YYNNN", "YNNNN"),
+    ("UpdatePlan", "YYYNN", "YNNNN"),
+    ("GetPlan", "YYYYY", "YNNNN"),
+    ("EnterPlanMode", "YYYNN", "YNNNN"),
+    ("ExitPlanMode", "YYYNN", "YNNNN"),
+    ("GetPlanStatus", "YYYYY", "YNNNN"),
+    ("ApprovePlan", "YNNYN", "YNNNN"),
+    ("RejectPlan", "YNNYN", "YNNNN"),
+    ("CompleteStep", "YYYNN", "YNNNN"),
+    ("CompletePlan", "YYYNN", "YNNNN"),
+    ("ModifyPlan", "YYYNN", "YNNNN"),
+    ("ApproveModification", "YNNYN", "YNNNN"),
+    ("RejectModification", "YNNYN", "YNNNN"),
+    ("ListPlanHistory", "YYYYY", "YNNNN"),
+    ("CheckAction", "YYYYY", "YNNNN"),
+    ("ReadTodos", "YNYNN", "YNNNN"),
+    ("WriteTodos", "YNYNN", "YNNNN"),
+    ("WatchSession", "YYYYY", "YNNNN"),
+    ("WatchTree", "YYNYY", "YNNNN"),
+    ("WatchAgent", "YNYNN", "YNNNN"),
+    ("WatchAll", "YNNNN", "YNNNN"),
+    ("WaitTree", "YYNYY", "YNNNN"),
+    ("WaitSessions", "YYYYY", "YNNNN"),
+    ("CreatePrincipal", "YNNNN", "YNNNN"),
+    ("ListPrincipals", "YNNNN", "YNNNN"),
+    ("DeletePrincipal", "YNNNN", "YNNNN"),
+    ("RotateToken", "YNNNN", "YNNNN"),
+    ("WhoAmI", "YYYYY", "YYYYY"),
+];
+
+const ADMIN_TOKEN: &str = "test-admin-token-0123456789";
+
+/// The clients of one caller.
+struct As {
+    sessions: SessionServiceClient<Authed>,
+    plans: PlanServiceClient<Authed>,
+    todos: TodoServiceClient<Authed>,
+    watch: WatchServiceClient<Authed>,
+    auth: AuthServiceClient<Authed>,
+}
+
+impl As {
+    fn new(channel: &Channel, token: Option<&str>) -> As {
+        let b = || Bearer::new(token);
+        As {
+            sessions: SessionServiceClient::with_interceptor(channel.clone(), b()),
+            plans: PlanServiceClient::with_interceptor(channel.clone(), b()),
+            todos: TodoServiceClient::with_interceptor(channel.clone(), b()),
+            watch: WatchServiceClient::with_interceptor(channel.clone(), b()),
+            auth: AuthServiceClient::with_interceptor(channel.clone(), b()),
+        }
+    }
+}
+
+/// A server with `--auth token`, its bootstrap admin, and the principals.
+struct World {
+    /// Kept alive for the test: dropping it stops the server.
+    _server: TestServer,
+    channel: Channel,
+    tokens: std::collections::HashMap<&'static str, String>,
+    _admin_file: tempfile::NamedTempFile,
+}
+
+fn role(r: pb::Role) -> i32 {
+    r.into()
+}
+
+impl World {
+    async fn new() -> World {
+        let file = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(file.path(), format!("  {ADMIN_TOKEN}\n")).unwrap();
+        let path = file.path().to_owned();
+        let server = TestServer::start_config(move |c| {
+            c.auth = AuthMode::Token;
+            c.admin_token_file = Some(path);
+        })
+        .await;
+        let channel = server.channel().await;
+        let mut admin = As::new(&channel, Some(ADMIN_TOKEN));
+        let mut tokens = std::collections::HashMap::new();
+        tokens.insert("admin", ADMIN_TOKEN.to_owned());
+        for (id, roles, agents, roots) in [
+            (
+                "setup",
+                vec![pb::Role::Orchestrator, pb::Role::Agent],
+                vec!["coder", "other"],
+                vec![],
+            ),
+            ("orch", vec![pb::Role::Orchestrator], vec![], vec!["in"]),
+            ("coder", vec![pb::Role::Agent], vec!["coder"], vec![]),
+            ("lead", vec![pb::Role::Approver], vec![], vec!["in"]),
+            ("watcher", vec![pb::Role::Viewer], vec![], vec!["in"]),
+        ] {
+            let r = admin
+                .auth
+                .create_principal(pb::CreatePrincipalRequest {
+                    principal: Some(pb::Principal {
+                        principal_id: id.into(),
+                        roles: roles.into_iter().map(role).collect(),
+                        agent_ids: agents.into_iter().map(String::from).collect(),
+                        session_roots: roots.into_iter().map(String::from).collect(),
+                        ..Default::default()
+                    }),
+                })
+                .await
+                .unwrap()
+                .into_inner();
+            assert!(r.token.starts_with("cairn_"));
+            tokens.insert(id, r.token);
+        }
+        let mut setup = As::new(&channel, Some(&tokens["setup"]));
+        for root in ["in", "out"] {
+            setup
+                .sessions
+                .create_session(pb::CreateSessionRequest {
+                    session: Some(pb::Session {
+                        session_id: root.into(),
+                        agent_id: "main".into(),
+                        ..Default::default()
+                    }),
+                })
+                .await
+                .unwrap();
+        }
+        World {
+            _server: server,
+            channel,
+            tokens,
+            _admin_file: file,
+        }
+    }
+
+    fn as_(&self, who: &str) -> As {
+        As::new(&self.channel, Some(&self.tokens[who]))
+    }
+}
+
+fn implementation_plan() -> pb::ImplementationPlan {
+    pb::ImplementationPlan {
+        summary: "a plan".into(),
+        steps: vec![
+            pb::ImplementationStep {
+                id: 1,
+                description: "one".into(),
+                ..Default::default()
+            },
+            pb::ImplementationStep {
+                id: 2,
+                description: "two".into(),
+                depends_on: vec![1],
+                ..Default::default()
+            },
+        ],
+        ..Default::default()
+    }
+}
+
+/// What state an RPC needs its session in.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Needs {
+    Nothing,
+    Planning,
+    AwaitingApproval,
+    Active,
+    PendingModification,
+}
+
+fn needs(rpc: &str) -> Needs {
+    match rpc {
+        "ExitPlanMode" => Needs::Planning,
+        "ApprovePlan" | "RejectPlan" => Needs::AwaitingApproval,
+        "CompleteStep" | "CompletePlan" | "ModifyPlan" => Needs::Active,
+        "ApproveModification" | "RejectModification" => Needs::PendingModification,
+        _ => Needs::Nothing,
+    }
+}
+
+/// Creates `session` under `parent` for `agent`, with a plan in the state
+/// `rpc` needs; returns a modification id where one is pending.
+async fn prepare(
+    setup: &mut As,
+    admin: &mut As,
+    parent: &str,
+    session: &str,
+    agent: &str,
+    rpc: &str,
+) -> u32 {
+    setup
+        .sessions
+        .create_session(pb::CreateSessionRequest {
+            session: Some(pb::Session {
+                session_id: session.into(),
+                agent_id: agent.into(),
+                parent_session_id: parent.into(),
+                ..Default::default()
+            }),
+        })
+        .await
+        .unwrap();
+    setup
+        .plans
+        .update_plan(update(session, five_steps()))
+        .await
+        .unwrap();
+    let need = needs(rpc);
+    if need == Needs::Nothing {
+        return 0;
+    }
+    setup
+        .plans
+        .enter_plan_mode(pb::EnterPlanModeRequest {
+            session_id: session.into(),
+            goal: "g".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    if need == Needs::Planning {
+        return 0;
+    }
+    setup
+        .plans
+        .exit_plan_mode(pb::ExitPlanModeRequest {
+            session_id: session.into(),
+            plan: Some(implementation_plan()),
+            expected_revision: None,
+        })
+        .await
+        .unwrap();
+    if need == Needs::AwaitingApproval {
+        return 0;
+    }
+    // Approved by the admin: `setup` submitted it.
+    admin
+        .plans
+        .approve_plan(pb::ApprovePlanRequest {
+            session_id: session.into(),
+            approver: String::new(),
+            expected_revision: None,
+        })
+        .await
+        .unwrap();
+    if need == Needs::Active {
+        return 0;
+    }
+    setup
+        .plans
+        .modify_plan(pb::ModifyPlanRequest {
+            session_id: session.into(),
+            step_id: 2,
+            reason: "r".into(),
+            new_description: "two, changed".into(),
+            new_files: vec![],
+            new_verification: None,
+            expected_revision: None,
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .modification
+        .unwrap()
+        .modification_id
+}
+
+/// Runs one RPC as `who` on `session` (whose agent is `agent`, whose root
+/// is `root`); the outcome's code.
+#[allow(clippy::too_many_lines)]
+async fn call(
+    who: &mut As,
+    admin: &mut As,
+    rpc: &str,
+    root: &str,
+    session: &str,
+    agent: &str,
+    modification: u32,
+) -> Code {
+    let s = session.to_owned();
+    let code = |r: Result<(), tonic::Status>| r.map_or_else(|e| e.code(), |()| Code::Ok);
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    match rpc {
+        "CreateSession" => code(
+            who.sessions
+                .create_session(pb::CreateSessionRequest {
+                    session: Some(pb::Session {
+                        session_id: format!("{s}:new{n}"),
+                        agent_id: "coder".into(),
+                        parent_session_id: s,
+                        ..Default::default()
+                    }),
+                })
+                .await
+                .map(drop),
+        ),
+        "GetSession" => code(
+            who.sessions
+                .get_session(pb::GetSessionRequest { session_id: s })
+                .await
+                .map(drop),
+        ),
+        "ListSessions" => code(
+            who.sessions
+                .list_sessions(pb::ListSessionsRequest {
+                    parent_session_id: s,
+                    ..Default::default()
+                })
+                .await
+                .map(drop),
+        ),
+        "ListAllSessions" => code(
+            who.sessions
+                .list_sessions(pb::ListSessionsRequest::default())
+                .await
+                .map(drop),
+        ),
+        "UpdateSession" => code(
+            who.sessions
+                .update_session(pb::UpdateSessionRequest {
+                    session_id: s,
+                    title: Some("renamed".into()),
+                    ..Default::default()
+                })
+                .await
+                .map(drop),
+        ),
+        "DeleteSession" => code(
+            who.sessions
+                .delete_session(pb::DeleteSessionRequest {
+                    session_id: s,
+                    cascade: true,
+                    expected_revision: None,
+                })
+                .await
+                .map(drop),
+        ),
+        "UpdatePlan" => code(
+            who.plans
+                .update_plan(update(&s, five_steps()))
+                .await
+                .map(drop),
+        ),
+        "GetPlan" => code(
+            who.plans
+                .get_plan(pb::GetPlanRequest { session_id: s })
+                .await
+                .map(drop),
+        ),
+        "EnterPlanMode" => code(
+            who.plans
+                .enter_plan_mode(pb::EnterPlanModeRequest {
+                    session_id: s,
+                    goal: "g".into(),
+                    ..Default::default()
+                })
+                .await
+                .map(drop),
+        ),
+        "ExitPlanMode" => code(
+            who.plans
+                .exit_plan_mode(pb::ExitPlanModeRequest {
+                    session_id: s,
+                    plan: Some(implementation_plan()),
+                    expected_revision: None,
+                })
+                .await
+                .map(drop),
+        ),
+        "GetPlanStatus" => code(
+            who.plans
+                .get_plan_status(pb::GetPlanStatusRequest { session_id: s })
+                .await
+                .map(drop),
+        ),
+        "ApprovePlan" => code(
+            who.plans
+                .approve_plan(pb::ApprovePlanRequest {
+                    session_id: s,
+                    approver: "someone".into(),
+                    expected_revision: None,
+                })
+                .await
+                .map(drop),
+        ),
+        "RejectPlan" => code(
+            who.plans
+                .reject_plan(pb::RejectPlanRequest {
+                    session_id: s,
+                    reason: "no".into(),
+                    expected_revision: None,
+                })
+                .await
+                .map(drop),
+        ),
+        "CompleteStep" => code(
+            who.plans
+                .complete_step(pb::CompleteStepRequest {
+                    session_id: s,
+                    step_id: 1,
+                    verification_result: "ok".into(),
+                    expected_revision: None,
+                })
+                .await
+                .map(drop),
+        ),
+        "CompletePlan" => code(
+            who.plans
+                .complete_plan(pb::CompletePlanRequest {
+                    session_id: s,
+                    summary: "done".into(),
+                    deviations: vec!["left".into()],
+                    expected_revision: None,
+                })
+                .await
+                .map(drop),
+        ),
+        "ModifyPlan" => code(
+            who.plans
+                .modify_plan(pb::ModifyPlanRequest {
+                    session_id: s,
+                    step_id: 2,
+                    reason: "r".into(),
+                    new_description: "d".into(),
+                    new_files: vec![],
+                    new_verification: None,
+                    expected_revision: None,
+                })
+                .await
+                .map(drop),
+        ),
+        "ApproveModification" => code(
+            who.plans
+                .approve_modification(pb::ApproveModificationRequest {
+                    session_id: s,
+                    modification_id: modification,
+                    expected_revision: None,
+                })
+                .await
+                .map(drop),
+        ),
+        "RejectModification" => code(
+            who.plans
+                .reject_modification(pb::RejectModificationRequest {
+                    session_id: s,
+                    modification_id: modification,
+                    expected_revision: None,
+                })
+                .await
+                .map(drop),
+        ),
+        "ListPlanHistory" => code(
+            who.plans
+                .list_plan_history(pb::ListPlanHistoryRequest {
+                    session_id: s,
+                    ..Default::default()
+                })
+                .await
+                .map(drop),
+        ),
+        "CheckAction" => code(
+            who.plans
+                .check_action(pb::CheckActionRequest {
+                    session_id: s,
+                    tool: "write_file".into(),
+                    action: String::new(),
+                })
+                .await
+                .map(drop),
+        ),
+        "ReadTodos" => code(
+            who.todos
+                .read_todos(pb::ReadTodosRequest {
+                    agent_id: agent.into(),
+                })
+                .await
+                .map(drop),
+        ),
+        "WriteTodos" => code(
+            who.todos
+                .write_todos(pb::WriteTodosRequest {
+                    agent_id: agent.into(),
+                    todos: vec![todo("t", pb::TodoStatus::Pending)],
+                    expected_revision: None,
+                })
+                .await
+                .map(drop),
+        ),
+        "WatchSession" | "WatchTree" | "WatchAgent" | "WatchAll" => {
+            use pb::watch_request::Target;
+            let target = match rpc {
+                "WatchSession" => Target::SessionId(s),
+                "WatchTree" => Target::SessionTree(root.into()),
+                "WatchAgent" => Target::AgentId(agent.into()),
+                _ => Target::All(true),
+            };
+            code(
+                who.watch
+                    .watch(pb::WatchRequest {
+                        target: Some(target),
+                        ..Default::default()
+                    })
+                    .await
+                    .map(drop),
+            )
+        }
+        "WaitTree" | "WaitSessions" => {
+            use pb::wait_request::Target;
+            let target = if rpc == "WaitTree" {
+                Target::SessionTree(root.into())
+            } else {
+                Target::SessionIds(pb::SessionIds {
+                    session_ids: vec![s],
+                })
+            };
+            code(
+                who.watch
+                    .wait(pb::WaitRequest {
+                        target: Some(target),
+                        condition: pb::WaitCondition::AnyChange.into(),
+                        timeout: Some(prost_types::Duration {
+                            seconds: 0,
+                            nanos: 10_000_000,
+                        }),
+                    })
+                    .await
+                    .map(drop),
+            )
+        }
+        "CreatePrincipal" => code(
+            who.auth
+                .create_principal(pb::CreatePrincipalRequest {
+                    principal: Some(pb::Principal {
+                        principal_id: format!("p{n}"),
+                        roles: vec![role(pb::Role::Viewer)],
+                        ..Default::default()
+                    }),
+                })
+                .await
+                .map(drop),
+        ),
+        "ListPrincipals" => code(
+            who.auth
+                .list_principals(pb::ListPrincipalsRequest::default())
+                .await
+                .map(drop),
+        ),
+        "DeletePrincipal" | "RotateToken" => {
+            // A victim of its own, created by the admin.
+            let victim = format!("victim{n}");
+            admin
+                .auth
+                .create_principal(pb::CreatePrincipalRequest {
+                    principal: Some(pb::Principal {
+                        principal_id: victim.clone(),
+                        roles: vec![role(pb::Role::Viewer)],
+                        ..Default::default()
+                    }),
+                })
+                .await
+                .unwrap();
+            if rpc == "DeletePrincipal" {
+                code(
+                    who.auth
+                        .delete_principal(pb::DeletePrincipalRequest {
+                            principal_id: victim,
+                            expected_revision: None,
+                        })
+                        .await
+                        .map(drop),
+                )
+            } else {
+                code(
+                    who.auth
+                        .rotate_token(pb::RotateTokenRequest {
+                            principal_id: victim,
+                        })
+                        .await
+                        .map(drop),
+                )
+            }
+        }
+        "WhoAmI" => code(who.auth.who_am_i(pb::WhoAmIRequest {}).await.map(drop)),
+        other => panic!("no such rpc in the matrix: {other}"),
+    }
+}
+
+static COUNTER: AtomicUsize = AtomicUsize::new(0);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_rpc_for_every_role_in_and_out_of_scope() {
+    let world = World::new().await;
+    let mut setup = world.as_("setup");
+    let mut admin = world.as_("admin");
+    let mut failures = Vec::new();
+    let mut cells = 0;
+    for (rpc, inside, outside) in MATRIX {
+        for (scope, expected, root, agent) in [
+            ("in", inside, "in", "coder"),
+            ("out", outside, "out", "other"),
+        ] {
+            for (who, want) in ROLES.iter().zip(expected.chars()) {
+                let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+                let session = format!("{root}:r{n}");
+                let modification =
+                    prepare(&mut setup, &mut admin, root, &session, agent, rpc).await;
+                let mut caller = world.as_(who);
+                let got = call(
+                    &mut caller,
+                    &mut admin,
+                    rpc,
+                    &session,
+                    &session,
+                    agent,
+                    modification,
+                )
+                .await;
+                let want = if want == 'Y' {
+                    Code::Ok
+                } else {
+                    Code::PermissionDenied
+                };
+                cells += 1;
+                if got != want {
+                    failures.push(format!(
+                        "{rpc} as {who} {scope} scope: got {got:?}, want {want:?}"
+                    ));
+                }
+            }
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {cells} cells wrong:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_token_or_a_bad_one_is_unauthenticated_and_probes_stay_open() {
+    let world = World::new().await;
+    let mut admin = world.as_("admin");
+    for token in [None, Some("cairn_0000"), Some("not even a token")] {
+        let mut who = As::new(&world.channel, token);
+        for (rpc, _, _) in MATRIX {
+            let got = call(&mut who, &mut admin, rpc, "in", "in", "coder", 0).await;
+            assert_eq!(got, Code::Unauthenticated, "{rpc} with {token:?}");
+        }
+    }
+    // Health and reflection need no token.
+    let mut health = tonic_health::pb::health_client::HealthClient::new(world.channel.clone());
+    health
+        .check(tonic_health::pb::HealthCheckRequest {
+            service: String::new(),
+        })
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_approver_never_approves_its_own_plan_and_the_approver_recorded_is_the_caller() {
+    let world = World::new().await;
+    let mut admin = world.as_("admin");
+    // One principal that may both plan and approve in `in`.
+    let both = admin
+        .auth
+        .create_principal(pb::CreatePrincipalRequest {
+            principal: Some(pb::Principal {
+                principal_id: "both".into(),
+                roles: vec![role(pb::Role::Orchestrator), role(pb::Role::Approver)],
+                session_roots: vec!["in".into()],
+                ..Default::default()
+            }),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .token;
+    let mut both = As::new(&world.channel, Some(&both));
+    both.plans
+        .enter_plan_mode(pb::EnterPlanModeRequest {
+            session_id: "in".into(),
+            goal: "g".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    both.plans
+        .exit_plan_mode(pb::ExitPlanModeRequest {
+            session_id: "in".into(),
+            plan: Some(implementation_plan()),
+            expected_revision: None,
+        })
+        .await
+        .unwrap();
+    for err in [
+        both.plans
+            .approve_plan(pb::ApprovePlanRequest {
+                session_id: "in".into(),
+                approver: "lead".into(),
+                expected_revision: None,
+            })
+            .await
+            .unwrap_err(),
+        both.plans
+            .reject_plan(pb::RejectPlanRequest {
+                session_id: "in".into(),
+                reason: "no".into(),
+                expected_revision: None,
+            })
+            .await
+            .unwrap_err(),
+    ] {
+        assert_eq!(err.code(), Code::PermissionDenied, "{err:?}");
+        assert_eq!(
+            err.get_details_error_info().unwrap().reason,
+            "SELF_APPROVAL"
+        );
+    }
+    // Another approver approves; the record names it, whatever the
+    // request claimed.
+    let status = world
+        .as_("lead")
+        .plans
+        .approve_plan(pb::ApprovePlanRequest {
+            session_id: "in".into(),
+            approver: "the-ceo".into(),
+            expected_revision: None,
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .status
+        .unwrap();
+    assert_eq!(status.active.unwrap().approver, "lead");
+    // The refusals carry a reason a client can act on.
+    let err = world
+        .as_("watcher")
+        .plans
+        .update_plan(update("in", five_steps()))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.get_details_error_info().unwrap().reason,
+        "ROLE_REQUIRED"
+    );
+    let err = world
+        .as_("orch")
+        .plans
+        .update_plan(update("out", five_steps()))
+        .await
+        .unwrap_err();
+    assert_eq!(err.get_details_error_info().unwrap().reason, "NOT_IN_SCOPE");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn revoking_a_token_ends_its_watches_and_refuses_its_next_call() {
+    let world = World::new().await;
+    let mut admin = world.as_("admin");
+    for revoke in ["delete", "rotate"] {
+        let id = format!("eye-{revoke}");
+        let token = admin
+            .auth
+            .create_principal(pb::CreatePrincipalRequest {
+                principal: Some(pb::Principal {
+                    principal_id: id.clone(),
+                    roles: vec![role(pb::Role::Viewer)],
+                    ..Default::default()
+                }),
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .token;
+        let mut eye = As::new(&world.channel, Some(&token));
+        let mut stream = eye
+            .watch
+            .watch(pb::WatchRequest {
+                target: Some(pb::watch_request::Target::All(true)),
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        if revoke == "delete" {
+            admin
+                .auth
+                .delete_principal(pb::DeletePrincipalRequest {
+                    principal_id: id.clone(),
+                    expected_revision: None,
+                })
+                .await
+                .unwrap();
+        } else {
+            admin
+                .auth
+                .rotate_token(pb::RotateTokenRequest {
+                    principal_id: id.clone(),
+                })
+                .await
+                .unwrap();
+        }
+        let started = std::time::Instant::now();
+        let end = loop {
+            match tokio::time::timeout(cairn_testkit::stream::PATIENCE, stream.message())
+                .await
+                .expect("the stream ends within the patience bound")
+            {
+                Ok(Some(_)) => {}
+                Ok(None) => panic!("{revoke}: the stream ended without a status"),
+                Err(status) => break status,
+            }
+        };
+        assert_eq!(end.code(), Code::Unauthenticated, "{revoke}: {end:?}");
+        eprintln!(
+            "{revoke}: the watch ended {:?} after the revocation",
+            started.elapsed()
+        );
+        let err = eye.auth.who_am_i(pb::WhoAmIRequest {}).await.unwrap_err();
+        assert_eq!(err.code(), Code::Unauthenticated, "{revoke}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_watch_covers_its_todos_and_its_sessions() {
+    let world = World::new().await;
+    let mut setup = world.as_("setup");
+    let mut coder = world.as_("coder");
+    let mut stream = coder
+        .watch
+        .watch(pb::WatchRequest {
+            target: Some(pb::watch_request::Target::AgentId("coder".into())),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    setup
+        .sessions
+        .create_session(pb::CreateSessionRequest {
+            session: Some(pb::Session {
+                session_id: "in:mine".into(),
+                agent_id: "coder".into(),
+                parent_session_id: "in".into(),
+                ..Default::default()
+            }),
+        })
+        .await
+        .unwrap();
+    coder
+        .plans
+        .update_plan(update("in:mine", five_steps()))
+        .await
+        .unwrap();
+    coder
+        .todos
+        .write_todos(pb::WriteTodosRequest {
+            agent_id: "coder".into(),
+            todos: vec![todo("t", pb::TodoStatus::Pending)],
+            expected_revision: None,
+        })
+        .await
+        .unwrap();
+    // Handed to another agent: the coder's watch sees it go.
+    setup
+        .sessions
+        .update_session(pb::UpdateSessionRequest {
+            session_id: "in:mine".into(),
+            agent_id: Some("other".into()),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let kinds: Vec<(pb::EventType, String)> = cairn_testkit::stream::events(&mut stream, 4)
+        .await
+        .iter()
+        .map(|e| (e.r#type(), e.agent_id.clone()))
+        .collect();
+    assert_eq!(
+        kinds,
+        vec![
+            (pb::EventType::SessionCreated, "coder".into()),
+            (pb::EventType::PlanUpdated, "coder".into()),
+            (pb::EventType::TodosUpdated, "coder".into()),
+            (pb::EventType::SessionUpdated, "other".into()),
+        ]
+    );
+}
