@@ -3,7 +3,6 @@
 
 use prost::Message;
 use tonic::codegen::http::uri::PathAndQuery;
-use tonic::transport::Channel;
 
 /// etcd's `PutRequest` (etcdserverpb), the fields the benchmark sets.
 #[derive(Clone, PartialEq, Message)]
@@ -31,7 +30,7 @@ pub struct EtcdResponse {
 }
 
 pub async fn etcd_call<Req: Message + Send + Sync + 'static>(
-    channel: Channel,
+    channel: crate::Conn,
     path: &'static str,
     req: Req,
 ) -> Result<(), tonic::Status> {

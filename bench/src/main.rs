@@ -15,6 +15,8 @@
 use std::time::{Duration, Instant};
 
 use clap::ValueEnum;
+use tonic::metadata::{Ascii, MetadataValue};
+use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, Endpoint};
 
 mod etcd;
@@ -91,6 +93,27 @@ pub struct BenchArgs {
     /// A label for the result line.
     #[arg(long, default_value = "")]
     pub label: String,
+    /// Bearer token to send (servers with `--auth token`): its principal
+    /// needs the rights of the scenario (orchestrator for the writes and
+    /// watches).
+    #[arg(long, env = "CAIRN_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+}
+
+/// A connection that sends the bench's token with every call.
+pub type Conn = InterceptedService<Channel, Bearer>;
+
+/// Adds `authorization: Bearer …` when the bench has a token.
+#[derive(Debug, Clone)]
+pub struct Bearer(Option<MetadataValue<Ascii>>);
+
+impl tonic::service::Interceptor for Bearer {
+    fn call(&mut self, mut req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
+        if let Some(token) = &self.0 {
+            req.metadata_mut().insert("authorization", token.clone());
+        }
+        Ok(req)
+    }
 }
 
 /// One scenario's figures, printed as one JSON line.
@@ -128,7 +151,7 @@ pub fn server_cpu_us(pid: u32) -> Option<u64> {
 }
 
 /// Runs a scenario and prints its report as JSON.
-pub async fn run(args: BenchArgs) -> Result<Report, Box<dyn std::error::Error + Send + Sync>> {
+pub async fn run(args: BenchArgs) -> Result<Report, BoxError> {
     let report = match args.scenario {
         Scenario::WatchFanout => watch_fanout(&args).await?,
         Scenario::WatchMemory => watch_memory(&args).await?,
@@ -137,18 +160,27 @@ pub async fn run(args: BenchArgs) -> Result<Report, Box<dyn std::error::Error + 
     Ok(report)
 }
 
-async fn connect(addr: &str, n: usize) -> Result<Vec<Channel>, tonic::transport::Error> {
+async fn connect(args: &BenchArgs, n: usize) -> Result<Vec<Conn>, BoxError> {
+    let bearer = match &args.token {
+        Some(t) => Some(
+            format!("Bearer {}", t.trim())
+                .parse()
+                .map_err(|_| "the token holds characters a header cannot carry")?,
+        ),
+        None => None,
+    };
     let mut out = Vec::with_capacity(n);
     for _ in 0..n.max(1) {
-        out.push(
-            Endpoint::from_shared(addr.to_owned())?
-                .tcp_nodelay(true)
-                .connect()
-                .await?,
-        );
+        let channel = Endpoint::from_shared(args.addr.clone())?
+            .tcp_nodelay(true)
+            .connect()
+            .await?;
+        out.push(InterceptedService::new(channel, Bearer(bearer.clone())));
     }
     Ok(out)
 }
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 fn plan_items(payload: usize, round: u64) -> Vec<pb::PlanItem> {
     // Five steps sharing the payload; the round number keeps every write a
@@ -172,12 +204,7 @@ fn plan_items(payload: usize, round: u64) -> Vec<pb::PlanItem> {
 }
 
 /// Sends one request of the scenario for client `i`.
-async fn one(
-    args: &BenchArgs,
-    channel: Channel,
-    i: usize,
-    round: u64,
-) -> Result<(), tonic::Status> {
+async fn one(args: &BenchArgs, channel: Conn, i: usize, round: u64) -> Result<(), tonic::Status> {
     match args.scenario {
         Scenario::Health => {
             let mut c = tonic_health::pb::health_client::HealthClient::new(channel);
@@ -220,10 +247,8 @@ async fn one(
     }
 }
 
-async fn request_loop(
-    args: &BenchArgs,
-) -> Result<Report, Box<dyn std::error::Error + Send + Sync>> {
-    let channels = connect(&args.addr, args.connections.min(args.concurrency)).await?;
+async fn request_loop(args: &BenchArgs) -> Result<Report, BoxError> {
+    let channels = connect(args, args.connections.min(args.concurrency)).await?;
     // Reads need something to read: one write per client first.
     let seed = match args.scenario {
         Scenario::GetPlan => Some(Scenario::UpdatePlan),
@@ -350,7 +375,7 @@ pub fn server_memory(pid: u32) -> (Option<u64>, Option<u64>) {
     (field("VmRSS:"), field("VmHWM:"))
 }
 
-async fn setup_trees(args: &BenchArgs, channel: Channel) -> Result<Vec<String>, tonic::Status> {
+async fn setup_trees(args: &BenchArgs, channel: Conn) -> Result<Vec<String>, tonic::Status> {
     let mut sessions = pb::session_service_client::SessionServiceClient::new(channel);
     let mut subs = Vec::with_capacity(args.trees);
     for t in 0..args.trees.max(1) {
@@ -379,7 +404,7 @@ async fn setup_trees(args: &BenchArgs, channel: Channel) -> Result<Vec<String>, 
 
 /// Opens a tree watch and waits for `synced`, so the stream is established.
 async fn open_watch(
-    channel: Channel,
+    channel: Conn,
     root: String,
 ) -> Result<tonic::Streaming<pb::WatchResponse>, tonic::Status> {
     let mut stream = WatchServiceClient::new(channel)
@@ -402,10 +427,8 @@ async fn open_watch(
     Err(tonic::Status::unavailable("watch ended before synced"))
 }
 
-async fn watch_fanout(
-    args: &BenchArgs,
-) -> Result<Report, Box<dyn std::error::Error + Send + Sync>> {
-    let connections = connect(&args.addr, (args.watchers / 100).max(1)).await?;
+async fn watch_fanout(args: &BenchArgs) -> Result<Report, BoxError> {
+    let connections = connect(args, (args.watchers / 100).max(1)).await?;
     let subs = setup_trees(args, connections[0].clone()).await?;
     let start = Instant::now();
     let measure_from = start + args.warmup;
@@ -485,11 +508,9 @@ async fn watch_fanout(
     Ok(report)
 }
 
-async fn watch_memory(
-    args: &BenchArgs,
-) -> Result<Report, Box<dyn std::error::Error + Send + Sync>> {
+async fn watch_memory(args: &BenchArgs) -> Result<Report, BoxError> {
     let pid = args.server_pid.ok_or("watch-memory needs --server-pid")?;
-    let connections = connect(&args.addr, (args.watchers / 100).max(1)).await?;
+    let connections = connect(args, (args.watchers / 100).max(1)).await?;
     let subs = setup_trees(
         &BenchArgs {
             trees: args.trees.min(args.watchers).max(1),

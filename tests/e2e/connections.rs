@@ -75,7 +75,12 @@ async fn connections_are_capped_and_idle_ones_closed() {
     // Over the cap: closed at once.
     let mut extra = TcpStream::connect(&p.addr).await.unwrap();
     assert!(closed_by_server(&mut extra, Duration::from_millis(500)).await);
-    assert!(p.log().contains("connection limit reached"), "{}", p.log());
+    assert!(
+        p.logged("connection limit reached", Duration::from_secs(5))
+            .await,
+        "{}",
+        p.log()
+    );
     // Connections that never send a request are closed after the
     // header-read timeout, which frees the slots.
     for conn in &mut held {

@@ -12,6 +12,7 @@ mod cli;
 mod connections;
 mod crash;
 mod faults;
+mod identity;
 mod logs;
 mod web;
 

@@ -137,3 +137,119 @@ def test_live_updates_and_approve(dashboard, browser):
     # The page follows: no more buttons, the approved steps are the checklist.
     wait_until(lambda: not card("orch").find_elements(By.CSS_SELECTOR, "button.approve"), "the buttons to go")
     wait_until(lambda: len(card("orch").find_elements(By.CSS_SELECTOR, ":scope > .todo-list .todo-item")) == 2, "the approved plan")
+
+
+ADMIN = "dashboard-admin-token-0123456789abcdef"
+HOSTILE = '<img src=x onerror="window.pwned=1">Login API'
+
+
+@pytest.fixture
+def signed_dashboard():
+    """A server with authentication on: an admin token from a file, an
+    orchestrator that writes plans, an approver that signs in to the page."""
+    from cairn.v1 import auth_pb2 as auth
+    from cairn.v1 import auth_pb2_grpc
+
+    grpc_port, web_port = _free_port(), _free_port()
+    data = tempfile.mkdtemp(prefix="cairn-web-auth-")
+    token_file = pathlib.Path(data) / "admin-token"
+    token_file.write_text(ADMIN + "\n")
+    proc = subprocess.Popen(
+        [
+            BINARY, "serve", "--listen", f"127.0.0.1:{grpc_port}", "--data-dir", data,
+            "--web-listen", f"127.0.0.1:{web_port}", "--auth", "token", "--admin-token-file", str(token_file),
+        ],
+        stderr=subprocess.DEVNULL,
+    )
+    ch = grpc.insecure_channel(f"127.0.0.1:{grpc_port}")
+    grpc.channel_ready_future(ch).result(timeout=30)
+    admin = auth_pb2_grpc.AuthServiceStub(ch)
+    make = lambda pid, roles: admin.CreatePrincipal(
+        auth.CreatePrincipalRequest(principal=auth.Principal(principal_id=pid, roles=roles, session_roots=["orch"])),
+        metadata=(("authorization", f"Bearer {ADMIN}"),),
+    ).token
+    tokens = {"orchestrator": make("orchestrator", [auth.ROLE_ORCHESTRATOR]), "reviewer": make("reviewer", [auth.ROLE_APPROVER])}
+    try:
+        yield ch, f"http://127.0.0.1:{web_port}/", tokens
+    finally:
+        ch.close()
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def test_sign_in_csrf_and_hostile_text(signed_dashboard, browser):
+    from selenium.webdriver.common.by import By
+
+    ch, url, tokens = signed_dashboard
+    orch = (("authorization", f"Bearer {tokens['orchestrator']}"),)
+    sessions = session_pb2_grpc.SessionServiceStub(ch)
+    plans = plan_pb2_grpc.PlanServiceStub(ch)
+    sessions.CreateSession(session.CreateSessionRequest(session=session.Session(session_id="orch", agent_id="main")), metadata=orch)
+    S = plan.StepStatus
+    plans.UpdatePlan(
+        plan.UpdatePlanRequest(
+            session_id="orch",
+            explanation="<script>window.pwned=2</script>",
+            # Enough steps to be stored: one-step plans are not (docs/rules.md).
+            plan=[plan.PlanItem(step=HOSTILE, status=S.STEP_STATUS_IN_PROGRESS)]
+            + [plan.PlanItem(step=f"step {i}", status=S.STEP_STATUS_PENDING) for i in range(3)],
+        ),
+        metadata=orch,
+    )
+
+    # Not signed in: the page sends the browser to the sign-in form; the API refuses.
+    browser.get(url)
+    wait_until(lambda: browser.current_url.endswith("/login"), "the sign-in form")
+    token_box = lambda: browser.find_element(By.NAME, "token")
+    token_box().send_keys("not-a-token")
+    token_box().submit()
+    wait_until(lambda: "unknown or revoked" in browser.find_element(By.CLASS_NAME, "error").text, "the refusal")
+
+    token_box().send_keys(tokens["reviewer"])
+    token_box().submit()
+    wait_until(lambda: browser.find_element(By.ID, "live").text == "live", "the live stream")
+    card = lambda: browser.find_element(By.CSS_SELECTOR, '[data-session="orch"]')
+    wait_until(lambda: card().find_elements(By.CSS_SELECTOR, ".todo-text")[0].text == HOSTILE, "the plan")
+    assert "<script>" in card().find_element(By.CLASS_NAME, "explanation").text
+
+    # A plan to approve, with hostile text of its own.
+    plans.EnterPlanMode(plan.EnterPlanModeRequest(session_id="orch", goal="Ship auth"), metadata=orch)
+    plans.ExitPlanMode(
+        plan.ExitPlanModeRequest(
+            session_id="orch",
+            plan=plan.ImplementationPlan(summary="<b>bold</b>", steps=[plan.ImplementationStep(id=1, description=HOSTILE)]),
+        ),
+        metadata=orch,
+    )
+    wait_until(lambda: card().find_element(By.CSS_SELECTOR, "button.approve").is_displayed(), "the Approve button")
+
+    # Hostile text is text: no element made from it, no script run.
+    assert card().find_element(By.CSS_SELECTOR, ".approval li").text == HOSTILE
+    assert "<b>bold</b>" in card().find_element(By.CLASS_NAME, "summary").text
+    assert browser.find_elements(By.TAG_NAME, "img") == []
+    assert browser.find_elements(By.CSS_SELECTOR, ".summary b") == []
+    assert browser.execute_script("return window.pwned === undefined")
+    # The session cookie is out of the page's reach.
+    assert "cairn_session" not in browser.execute_script("return document.cookie")
+
+    # A change without the page's CSRF token is refused, even from the page itself.
+    post = """
+        const [path, headers, done] = arguments;
+        fetch(path, {method: "POST", headers, body: "{}"}).then(r => done(r.status), e => done(String(e)));
+    """
+    assert browser.execute_async_script(post, "/api/sessions/orch/approve", {"content-type": "application/json"}) == 403
+    assert status_of(plans, orch).mode == plan.PlanMode.PLAN_MODE_AWAITING_APPROVAL
+
+    # The button carries it: the plan is approved, by the signed-in principal.
+    card().find_element(By.CSS_SELECTOR, "button.approve").click()
+    wait_until(lambda: status_of(plans, orch).mode == plan.PlanMode.PLAN_MODE_NORMAL, "the approval")
+    assert status_of(plans, orch).active.approver == "reviewer"
+
+    # Signed out, the API refuses the browser again.
+    page_token = browser.execute_script('return document.querySelector("meta[name=csrf-token]").content')
+    assert browser.execute_async_script(post, "/logout", {"x-csrf-token": page_token}) == 200
+    assert browser.execute_async_script(post, "/api/sessions/orch/reject", {"content-type": "application/json"}) == 401
+
+
+def status_of(plans, metadata):
+    return plans.GetPlanStatus(plan.GetPlanStatusRequest(session_id="orch"), metadata=metadata).status

@@ -113,6 +113,21 @@ impl Proc {
         self.log.lock().unwrap().join("\n")
     }
 
+    /// Whether `needle` shows up in the log within `within`: lines reach
+    /// the pipe, and the reader thread, a little after the event.
+    pub async fn logged(&self, needle: &str, within: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            if self.log().contains(needle) {
+                return true;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     /// A field of `/proc/PID/status` in kB (`VmRSS`, `VmHWM`).
     pub fn status_kb(&self, field: &str) -> u64 {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap();
