@@ -3,9 +3,13 @@ and `cairn mcp` acting for an agent with its token."""
 
 import asyncio
 import datetime
+import http.client
 import json
+import ssl
 import subprocess
 import tempfile
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import grpc
@@ -94,12 +98,21 @@ def _healthy(channel):
 
 def test_tls_and_mutual_tls_from_python(pki):
     pems, files = pki
-    proc, port = _serve("--tls-cert", files["server"], "--tls-key", files["server_key"])
+    web = _free_port()
+    proc, port = _serve(
+        "--tls-cert", files["server"], "--tls-key", files["server_key"], "--web-listen", f"127.0.0.1:{web}"
+    )
     try:
         creds = grpc.ssl_channel_credentials(root_certificates=pems["ca"])
         with grpc.secure_channel(f"localhost:{port}", creds) as ch:
             grpc.channel_ready_future(ch).result(timeout=30)
             assert _healthy(ch) == health_pb2.HealthCheckResponse.SERVING
+        # The dashboard's listener is on TLS too; plain HTTP gets nowhere.
+        trusted = ssl.create_default_context(cadata=pems["ca"].decode())
+        with urllib.request.urlopen(f"https://localhost:{web}/app.css", context=trusted, timeout=10) as r:
+            assert r.status == 200
+        with pytest.raises((urllib.error.URLError, ConnectionError, http.client.HTTPException)):
+            urllib.request.urlopen(f"http://localhost:{web}/app.css", timeout=10).read()
     finally:
         _stop(proc)
 
