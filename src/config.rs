@@ -181,6 +181,10 @@ pub struct ServeArgs {
     /// Bytes of database pages cached in memory.
     #[arg(long, env = "CAIRN_DB_CACHE_BYTES", default_value_t = StoreOptions::new("").cache_bytes)]
     pub db_cache_bytes: usize,
+    /// Bytes of hot plans kept in memory, so `GetPlan` answers without a
+    /// database read (0: off).
+    #[arg(long, env = "CAIRN_PLAN_CACHE_BYTES", default_value_t = StoreOptions::new("").plan_cache_bytes)]
+    pub plan_cache_bytes: u64,
     /// Verify every page of the database when starting (reads the whole file once).
     #[arg(long, env = "CAIRN_CHECK_INTEGRITY", default_value_t = true, action = clap::ArgAction::Set)]
     pub check_integrity: bool,
@@ -219,6 +223,7 @@ impl ServeArgs {
         store.commit_bytes = self.commit_bytes.max(1);
         store.check_integrity = self.check_integrity;
         store.cache_bytes = self.db_cache_bytes;
+        store.plan_cache_bytes = self.plan_cache_bytes;
         ServerConfig {
             store,
             progress_interval: self.progress_interval,

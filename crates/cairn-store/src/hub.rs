@@ -26,6 +26,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use tokio::sync::mpsc;
 use tokio::sync::mpsc::error::TryRecvError;
 
+use crate::cache::PlanCache;
 use crate::records::{Event, EventKind, Revision};
 
 /// What a watch follows.
@@ -163,18 +164,26 @@ pub struct Hub {
     /// Flips to true when the server shuts down, so streams end instead of
     /// holding graceful shutdown open forever.
     closing: tokio::sync::watch::Sender<bool>,
+    /// The hot plans, which follow the same committed revisions.
+    plans: PlanCache,
 }
 
 impl Hub {
     /// A hub whose watchers start after `revision`, each buffering up to
-    /// `buffer` revisions.
-    pub fn new(revision: u64, buffer: usize) -> Self {
+    /// `buffer` revisions, with a hot-plan cache of `cache_bytes`.
+    pub fn new(revision: u64, buffer: usize, cache_bytes: u64) -> Self {
         Hub {
             registry: Mutex::new(Registry::default()),
             dispatched: AtomicU64::new(revision),
             buffer: buffer.max(1),
             closing: tokio::sync::watch::Sender::new(false),
+            plans: PlanCache::new(cache_bytes, revision),
         }
+    }
+
+    /// The hot plans.
+    pub fn plans(&self) -> &PlanCache {
+        &self.plans
     }
 
     /// Ends every watch stream and `Wait` (with `UNAVAILABLE`), now and
@@ -223,8 +232,10 @@ impl Hub {
     }
 
     /// Called by the writer after each commit, with its revisions in order.
-    /// Never blocks on a watcher.
+    /// Never blocks on a watcher. The hot plans are brought up to date
+    /// first, so a watcher that reads after an event reads at least it.
     pub fn dispatch(&self, revisions: &[Arc<Revision>]) {
+        self.plans.apply(revisions);
         let reg = self.lock();
         let mut lists: Vec<&Vec<Arc<Slot>>> = Vec::new();
         for rev in revisions {

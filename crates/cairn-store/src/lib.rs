@@ -17,6 +17,7 @@
 //!   transaction;
 //! - [`records`]: what is stored and what the log carries;
 //! - [`hub`]: fan-out of committed revisions to watchers;
+//! - [`cache`]: the hot plans, answered from memory;
 //! - [`compactor`]: trimming the log; [`health`]: whether the store serves.
 //!
 //! Every mutation gets its own revision (+1, store-wide) and one log entry
@@ -27,6 +28,7 @@
 //! This crate must never import the server, the clients or the generated
 //! API: it speaks `cairn-core` types only.
 
+pub mod cache;
 pub mod clock;
 pub mod codec;
 pub mod compactor;
@@ -39,7 +41,6 @@ pub mod seam;
 pub mod store;
 
 pub use clock::now_micros;
-pub use codec::encoded_len;
 pub use embedded::StoreOptions;
 pub use health::Condition;
 pub use seam::{Backend, Ctx, ReadView, WriteView};

@@ -320,6 +320,7 @@ pub fn update_session(
     if s.parent_session_id != old.parent_session_id {
         event.previous_parent_session_id = old.parent_session_id.clone().unwrap_or_default();
         event.previous_ancestors = previous;
+        event.moved = true;
     }
     if s.agent_id != old.agent_id {
         event.previous_agent_id.clone_from(&old.agent_id);
@@ -464,6 +465,20 @@ pub fn mutate_plan<R>(
     let (out, history) = change(&mut plan, ctx.now)?;
 
     let chain = ancestors(ctx.view, session.parent_session_id.as_deref())?;
+    let history_from = record.history_len;
+    record.history_len += history.len() as u64;
+    record.plan = plan;
+    record.revision = ctx.next_revision();
+    record.update_time = ctx.now;
+    // Every later change rewrites and logs the whole record: bound it,
+    // before anything is written.
+    let encoded = crate::codec::encode(&record)?;
+    Limits::check_count(
+        "plan",
+        "stored plan size in bytes",
+        limits.max_plan_bytes,
+        encoded.len(),
+    )?;
     let mut events = Vec::with_capacity(2);
     if created {
         ctx.view.put_session(&session)?;
@@ -476,22 +491,10 @@ pub fn mutate_plan<R>(
             chain.clone(),
         ));
     }
-    for entry in &history {
-        ctx.view
-            .put_history(session_id, record.history_len, entry)?;
-        record.history_len += 1;
+    for (seq, entry) in (history_from..).zip(&history) {
+        ctx.view.put_history(session_id, seq, entry)?;
     }
-    record.plan = plan;
-    record.revision = ctx.next_revision();
-    record.update_time = ctx.now;
-    // Every later change rewrites and logs the whole record: bound it.
-    Limits::check_count(
-        "plan",
-        "stored plan size in bytes",
-        limits.max_plan_bytes,
-        crate::codec::encoded_len(&record)?,
-    )?;
-    ctx.view.put_plan(&record)?;
+    ctx.view.put_plan(session_id, &encoded)?;
     events.push(Event::plan(&session, &record, chain));
     let rev = ctx.commit(events)?;
     Ok((out, record, rev))

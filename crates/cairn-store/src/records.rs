@@ -106,6 +106,11 @@ pub struct Event {
     /// agent's watchers also see it go.
     #[serde(default)]
     pub previous_agent_id: String,
+    /// The session moved in the tree (possibly from being a root, which
+    /// `previous_parent_session_id` cannot tell): the ancestry of all
+    /// below it changed too.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub moved: bool,
 }
 
 impl Event {
@@ -121,6 +126,7 @@ impl Event {
             previous_parent_session_id: String::new(),
             previous_ancestors: Vec::new(),
             previous_agent_id: String::new(),
+            moved: false,
         }
     }
 
@@ -136,6 +142,7 @@ impl Event {
             previous_parent_session_id: String::new(),
             previous_ancestors: Vec::new(),
             previous_agent_id: String::new(),
+            moved: false,
         }
     }
 
@@ -155,6 +162,7 @@ impl Event {
             previous_parent_session_id: String::new(),
             previous_ancestors: Vec::new(),
             previous_agent_id: String::new(),
+            moved: false,
         }
     }
 
@@ -170,6 +178,7 @@ impl Event {
             previous_parent_session_id: String::new(),
             previous_ancestors: Vec::new(),
             previous_agent_id: String::new(),
+            moved: false,
         }
     }
 

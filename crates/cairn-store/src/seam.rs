@@ -68,7 +68,9 @@ pub trait WriteView: ReadView {
     fn delete_session(&mut self, id: &str) -> Result<()>;
     fn put_child(&mut self, parent: &str, child: &str) -> Result<()>;
     fn delete_child(&mut self, parent: &str, child: &str) -> Result<()>;
-    fn put_plan(&mut self, p: &PlanRecord) -> Result<()>;
+    /// Stores a plan record already encoded by [`crate::codec::encode`]:
+    /// its size is checked against the limit before anything is written.
+    fn put_plan(&mut self, session_id: &str, record: &[u8]) -> Result<()>;
     fn delete_plan(&mut self, session_id: &str) -> Result<()>;
     fn put_history(&mut self, session_id: &str, seq: u64, e: &HistoryEntry) -> Result<()>;
     fn delete_history(&mut self, session_id: &str) -> Result<()>;

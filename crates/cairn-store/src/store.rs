@@ -55,6 +55,11 @@ impl Store {
         &self.hub
     }
 
+    /// The hot plans, for reads that need no database.
+    pub fn plans(&self) -> &crate::cache::PlanCache {
+        self.hub.plans()
+    }
+
     /// Follows whether the store can serve (for health checks).
     pub fn condition(&self) -> tokio::sync::watch::Receiver<Condition> {
         self.backend.condition()

@@ -9,11 +9,14 @@
 
 use cairn_api as pb;
 use cairn_api::plan_service_server::PlanService;
-use cairn_core::access::{self, Action, Caller};
+use std::sync::Arc;
+
+use cairn_core::access::{self, Action, Caller, SessionFacts};
 use cairn_core::error::{Error, Excerpt, Result};
 use cairn_core::plan::{apply_update, simple_task_hint, validate_update};
 use cairn_core::plan_mode::{self, HistoryEntry, ImplementationPlan, Modification, plan_id};
 use cairn_core::{Limits, Micros, SessionPlan};
+use cairn_store::cache::HotPlan;
 use cairn_store::ops::{self, IfMissing};
 use cairn_store::records::PlanRecord;
 use prost::Message as _;
@@ -97,24 +100,42 @@ impl PlanApi {
             .await
     }
 
-    /// A session's plan and the current revision, from one snapshot.
+    /// A session's plan and the current revision: from the hot plans when
+    /// cached (no database read, no thread hop), else from one snapshot,
+    /// which then fills the cache.
     pub async fn read_plan(
         &self,
         caller: &Caller,
         session_id: String,
-    ) -> Result<(PlanRecord, u64)> {
+    ) -> Result<(Arc<HotPlan>, u64)> {
         self.state
             .policy
             .limits
             .check_resource_id("session_id", &session_id)?;
+        let store = &self.state.store;
+        if let Some(hot) = store.plans().get(&session_id) {
+            access::check_session(
+                caller,
+                Action::Read,
+                &SessionFacts {
+                    session_id: &session_id,
+                    agent_id: &hot.agent_id,
+                    ancestors: &hot.ancestors,
+                },
+            )?;
+            // Read after the entry: at least the revision that put it there.
+            return Ok((hot, store.revision()));
+        }
         let caller = caller.clone();
-        self.state
-            .store
+        let filler = store.clone();
+        store
             .read(move |v| {
-                if caller != Caller::Open {
-                    ops::authorize(v, &caller, Action::Read, &session_id)?;
-                }
-                Ok((ops::get_plan(v, &session_id)?, v.revision()?))
+                let session = ops::authorize(v, &caller, Action::Read, &session_id)?;
+                let record = ops::plan_or_default(v, &session_id)?;
+                let ancestors = ops::ancestors(v, session.parent_session_id.as_deref())?;
+                let at = v.revision()?;
+                let hot = HotPlan::new(session.agent_id, ancestors, record);
+                Ok((filler.plans().fill(at, &session_id, hot), at))
             })
             .await
     }
@@ -236,9 +257,9 @@ impl PlanApi {
         req: pb::GetPlanRequest,
     ) -> Result<pb::GetPlanResponse> {
         let pb::GetPlanRequest { session_id } = req;
-        let (record, revision) = self.read_plan(caller, session_id).await?;
+        let (hot, revision) = self.read_plan(caller, session_id).await?;
         Ok(pb::GetPlanResponse {
-            plan: Some(convert::plan(record)),
+            plan: Some(convert::plan(hot.record.clone())),
             revision,
         })
     }
@@ -318,8 +339,8 @@ impl PlanApi {
         req: pb::GetPlanStatusRequest,
     ) -> Result<pb::GetPlanStatusResponse> {
         let pb::GetPlanStatusRequest { session_id } = req;
-        let (record, revision) = self.read_plan(caller, session_id).await?;
-        Ok(status_reply(&record, revision))
+        let (hot, revision) = self.read_plan(caller, session_id).await?;
+        Ok(status_reply(&hot.record, revision))
     }
 
     async fn approve_plan(

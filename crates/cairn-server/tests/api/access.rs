@@ -922,3 +922,113 @@ async fn an_agent_watch_covers_its_todos_and_its_sessions() {
         ]
     );
 }
+
+/// `GetPlan` answers from the hot plans: what rights are checked against
+/// there must follow moves (of the session, and of an ancestor) and agent
+/// changes at once, and a deleted session must not be served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_from_memory_follow_moves_agent_changes_and_deletions() {
+    let w = World::new().await;
+    let mut setup = w.as_("setup");
+    let code = |r: Result<tonic::Response<pb::GetPlanResponse>, tonic::Status>| match r {
+        Ok(_) => Code::Ok,
+        Err(e) => e.code(),
+    };
+    let get = |id: &str| pb::GetPlanRequest {
+        session_id: id.into(),
+    };
+    // `in:x` (agent coder) with `in:x:y` below it, both planned, so both hot.
+    for (id, parent) in [("in:x", "in"), ("in:x:y", "in:x")] {
+        setup
+            .sessions
+            .create_session(pb::CreateSessionRequest {
+                session: Some(pb::Session {
+                    session_id: id.into(),
+                    parent_session_id: parent.into(),
+                    agent_id: "coder".into(),
+                    ..Default::default()
+                }),
+            })
+            .await
+            .unwrap();
+        setup
+            .plans
+            .update_plan(update(id, five_steps()))
+            .await
+            .unwrap();
+    }
+    let mut watcher = w.as_("watcher");
+    let mut coder = w.as_("coder");
+    for id in ["in:x", "in:x:y"] {
+        assert_eq!(code(watcher.plans.get_plan(get(id)).await), Code::Ok);
+        assert_eq!(code(coder.plans.get_plan(get(id)).await), Code::Ok);
+    }
+
+    // The session moves out of the viewer's tree: refused at once.
+    let mv = |id: &str, parent: &str| pb::UpdateSessionRequest {
+        session_id: id.into(),
+        parent_session_id: Some(parent.into()),
+        ..Default::default()
+    };
+    setup
+        .sessions
+        .update_session(mv("in:x:y", "out"))
+        .await
+        .unwrap();
+    assert_eq!(
+        code(watcher.plans.get_plan(get("in:x:y")).await),
+        Code::PermissionDenied
+    );
+    // Its parent moves out too; then the parent comes back: the child,
+    // moved back under it, is readable again through the ancestor's move.
+    setup
+        .sessions
+        .update_session(mv("in:x:y", "in:x"))
+        .await
+        .unwrap();
+    assert_eq!(code(watcher.plans.get_plan(get("in:x:y")).await), Code::Ok);
+    setup
+        .sessions
+        .update_session(mv("in:x", "out"))
+        .await
+        .unwrap();
+    assert_eq!(
+        code(watcher.plans.get_plan(get("in:x:y")).await),
+        Code::PermissionDenied
+    );
+    setup
+        .sessions
+        .update_session(mv("in:x", "in"))
+        .await
+        .unwrap();
+    assert_eq!(code(watcher.plans.get_plan(get("in:x:y")).await), Code::Ok);
+
+    // Handed to another agent: its old agent is refused at once.
+    setup
+        .sessions
+        .update_session(pb::UpdateSessionRequest {
+            session_id: "in:x".into(),
+            agent_id: Some("other".into()),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        code(coder.plans.get_plan(get("in:x")).await),
+        Code::PermissionDenied
+    );
+
+    // Deleted: not found, not served from memory.
+    setup
+        .sessions
+        .delete_session(pb::DeleteSessionRequest {
+            session_id: "in:x".into(),
+            cascade: true,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    for id in ["in:x", "in:x:y"] {
+        assert_eq!(code(watcher.plans.get_plan(get(id)).await), Code::NotFound);
+    }
+}

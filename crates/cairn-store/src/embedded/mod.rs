@@ -57,6 +57,8 @@ pub struct StoreOptions {
     pub check_integrity: bool,
     /// Bytes of database pages redb caches in memory.
     pub cache_bytes: usize,
+    /// Bytes of hot plans kept decoded in memory (0: none).
+    pub plan_cache_bytes: u64,
 }
 
 impl StoreOptions {
@@ -71,6 +73,7 @@ impl StoreOptions {
             reader_threads: 0,
             check_integrity: true,
             cache_bytes: 256 * 1024 * 1024,
+            plan_cache_bytes: 64 * 1024 * 1024,
         }
     }
 }
@@ -141,14 +144,14 @@ impl Embedded {
             let txn = db
                 .begin_read()
                 .map_err(|e| Error::from(tables::Db::from(e)))?;
-            RedbView::Read(&txn).revision()
+            RedbView(&txn).revision()
         })
         .map_err(|e| health.observe(e))?;
         let slot = Arc::new(DbSlot::default());
         slot.put(Some(db));
         let revision = Arc::new(AtomicU64::new(start));
         let (jobs, rx) = mpsc::channel(opts.queue_depth.max(1));
-        let hub = Arc::new(Hub::new(start, opts.watch_buffer));
+        let hub = Arc::new(Hub::new(start, opts.watch_buffer, opts.plan_cache_bytes));
         let writer = writer::Writer {
             slot: Arc::clone(&slot),
             hub: Arc::clone(&hub),

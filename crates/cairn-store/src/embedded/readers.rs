@@ -41,7 +41,7 @@ pub(super) fn run(slot: &DbSlot, rx: &crossbeam_channel::Receiver<QueuedRead>) {
         // fails this batch's reads and the thread carries on.
         match guard(|| db.begin_read().map_err(|e| Error::from(Db::from(e)))) {
             Ok(txn) => {
-                let view = RedbView::Read(&txn);
+                let view = RedbView(&txn);
                 for job in jobs.drain(..) {
                     job(&view);
                 }

@@ -9,13 +9,14 @@ use cairn_core::Micros;
 use cairn_core::error::{Error, Result};
 use cairn_core::plan_mode::HistoryEntry;
 use cairn_core::session::Session;
+use std::cell::{RefCell, RefMut};
+
 use redb::{
-    Database, ReadTransaction, ReadableTable, ReadableTableMetadata, TableDefinition,
+    Database, ReadTransaction, ReadableTable, ReadableTableMetadata, Table, TableDefinition,
     WriteTransaction,
 };
-use serde::de::DeserializeOwned;
 
-use crate::codec::{decode, encode};
+use crate::codec::{decode, decode_revision, encode, encode_revision, revision_time};
 use crate::records::{PlanRecord, PrincipalRecord, Revision, SessionPage, TodoRecord};
 use crate::seam::{ReadView, WriteView};
 
@@ -25,10 +26,12 @@ const CHILDREN: TableDefinition<(&str, &str), ()> = TableDefinition::new("childr
 const PLANS: TableDefinition<&str, &[u8]> = TableDefinition::new("plans");
 const HISTORY: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("plan_history");
 const TODOS: TableDefinition<&str, &[u8]> = TableDefinition::new("todos");
+/// The log: each revision's commit time (first, readable without decoding
+/// the rest) and its events.
 const EVENTS: TableDefinition<u64, &[u8]> = TableDefinition::new("events");
-/// Commit time of each logged revision, so the compactor decides what is
-/// due from 16 bytes a revision instead of decoding whole revisions.
-const EVENT_TIMES: TableDefinition<u64, i64> = TableDefinition::new("event_times");
+/// Commit times of the log, kept apart by earlier versions; now the first
+/// bytes of each logged revision. Dropped when found.
+const OLD_EVENT_TIMES: TableDefinition<u64, i64> = TableDefinition::new("event_times");
 
 /// Sessions by agent, for agent watches and listing by agent.
 const AGENT_SESSIONS: TableDefinition<(&str, &str), ()> = TableDefinition::new("agent_sessions");
@@ -169,117 +172,176 @@ pub fn open(
         }
         drop(by_agent);
         drop(sessions);
-        let events = txn.open_table(EVENTS)?;
-        let mut times = txn.open_table(EVENT_TIMES)?;
-        // A store written before the times table existed: index it once.
-        if times.is_empty()? && !events.is_empty()? {
-            tracing::info!("indexing the commit times of the event log (once, after an upgrade)");
-            for entry in events.range::<u64>(..)? {
-                let (k, v) = entry?;
-                let rev: Revision = decode(v.value())?;
-                times.insert(k.value(), rev.time)?;
-            }
-        }
+        txn.open_table(EVENTS)?;
     }
+    txn.delete_table(OLD_EVENT_TIMES)?;
     txn.commit()?;
     Ok(db)
 }
 
-/// Either kind of redb transaction, read through the same code.
-pub enum RedbView<'a> {
-    Read(&'a ReadTransaction),
-    Write(&'a WriteTransaction),
+/// Reads over a table, whichever transaction opened it: a read
+/// transaction's `ReadOnlyTable` and the writer's held `Table` share them.
+mod read {
+    use super::{Db, Micros, Revision, SessionPage, decode, decode_revision, revision_time};
+    use redb::ReadableTable;
+    use serde::de::DeserializeOwned;
+    use std::ops::Bound;
+
+    pub fn record<T: DeserializeOwned>(
+        t: &impl ReadableTable<&'static str, &'static [u8]>,
+        key: &str,
+    ) -> Result<Option<T>, Db> {
+        Ok(t.get(key)?.map(|v| decode(v.value())).transpose()?)
+    }
+
+    pub fn meta(t: &impl ReadableTable<&'static str, u64>, key: &str) -> Result<u64, Db> {
+        Ok(t.get(key)?.map_or(0, |v| v.value()))
+    }
+
+    /// Second halves of the `(first, second)` keys whose first half is `first`.
+    pub fn pairs(
+        t: &impl ReadableTable<(&'static str, &'static str), ()>,
+        first: &str,
+    ) -> Result<Vec<String>, Db> {
+        let mut out = Vec::new();
+        for entry in t.range((first, "")..)? {
+            let (k, _) = entry?;
+            let (a, b) = k.value();
+            if a != first {
+                break;
+            }
+            out.push(b.to_owned());
+        }
+        Ok(out)
+    }
+
+    /// Records with keys strictly after `after`, at most `limit`; and the
+    /// key to continue after when more follow.
+    pub fn records_after<T: DeserializeOwned>(
+        t: &impl ReadableTable<&'static str, &'static [u8]>,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<(Vec<T>, Option<String>), Db> {
+        let range = match after {
+            Some(a) => t.range::<&str>((Bound::Excluded(a), Bound::Unbounded))?,
+            None => t.range::<&str>(..)?,
+        };
+        let mut out = Vec::new();
+        let mut last = None;
+        for entry in range {
+            let (k, v) = entry?;
+            if out.len() == limit {
+                return Ok((out, last));
+            }
+            last = Some(k.value().to_owned());
+            out.push(decode(v.value())?);
+        }
+        Ok((out, None))
+    }
+
+    pub fn sessions_after(
+        t: &impl ReadableTable<&'static str, &'static [u8]>,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<SessionPage, Db> {
+        let (sessions, next_after) = records_after(t, after, limit)?;
+        Ok(SessionPage {
+            sessions,
+            next_after,
+        })
+    }
+
+    pub fn history<T: DeserializeOwned>(
+        t: &impl ReadableTable<(&'static str, u64), &'static [u8]>,
+        session_id: &str,
+        from: u64,
+        limit: usize,
+        max_bytes: usize,
+    ) -> Result<(Vec<T>, Option<u64>), Db> {
+        let mut out = Vec::new();
+        let mut bytes = 0;
+        for entry in t.range((session_id, from)..=(session_id, u64::MAX))? {
+            let (k, v) = entry?;
+            if out.len() >= limit.max(1) || (bytes >= max_bytes && !out.is_empty()) {
+                return Ok((out, Some(k.value().1)));
+            }
+            bytes += v.value().len();
+            out.push(decode(v.value())?);
+        }
+        Ok((out, None))
+    }
+
+    pub fn all<T: DeserializeOwned>(
+        t: &impl ReadableTable<&'static str, &'static [u8]>,
+    ) -> Result<Vec<T>, Db> {
+        let mut out = Vec::new();
+        for entry in t.range::<&str>(..)? {
+            let (_, v) = entry?;
+            out.push(decode(v.value())?);
+        }
+        Ok(out)
+    }
+
+    pub fn revisions_from(
+        t: &impl ReadableTable<u64, &'static [u8]>,
+        from: u64,
+        limit: usize,
+        max_bytes: usize,
+    ) -> Result<Vec<Revision>, Db> {
+        let mut out = Vec::new();
+        let mut bytes = 0;
+        for entry in t.range(from..)?.take(limit) {
+            let (_, v) = entry?;
+            bytes += v.value().len();
+            out.push(decode_revision(v.value())?);
+            if bytes >= max_bytes {
+                break;
+            }
+        }
+        Ok(out)
+    }
+
+    pub fn revision_times(
+        t: &impl ReadableTable<u64, &'static [u8]>,
+        from: u64,
+        limit: usize,
+    ) -> Result<Vec<(u64, Micros)>, Db> {
+        let mut out = Vec::new();
+        for entry in t.range(from..)?.take(limit) {
+            let (k, v) = entry?;
+            out.push((k.value(), revision_time(v.value())?));
+        }
+        Ok(out)
+    }
 }
 
-/// Opens `$def` on whichever transaction `$view` holds and runs `$body`
-/// with it bound to `$t` (the two table types share `ReadableTable`).
-macro_rules! with_table {
-    ($view:expr, $def:expr, |$t:ident| $body:expr) => {{
-        let run = || -> std::result::Result<_, Db> {
-            match $view {
-                RedbView::Read(r) => {
-                    let $t = r.open_table($def)?;
-                    $body
-                }
-                RedbView::Write(w) => {
-                    let $t = w.open_table($def)?;
-                    $body
-                }
-            }
-        };
-        run().map_err(Error::from)
-    }};
-}
+/// A read transaction seen through [`ReadView`].
+pub struct RedbView<'a>(pub &'a ReadTransaction);
 
 /// Runs redb calls, turning their errors into Cairn's.
 fn db<T>(f: impl FnOnce() -> std::result::Result<T, Db>) -> Result<T> {
     f().map_err(Error::from)
 }
 
-fn get_record<T: DeserializeOwned>(
-    t: &impl ReadableTable<&'static str, &'static [u8]>,
-    key: &str,
-) -> std::result::Result<Option<T>, Db> {
-    Ok(t.get(key)?.map(|v| decode(v.value())).transpose()?)
-}
-
 impl ReadView for RedbView<'_> {
     fn revision(&self) -> Result<u64> {
-        with_table!(self, META, |t| Ok(t
-            .get(REVISION_KEY)?
-            .map_or(0, |v| v.value())))
+        db(|| read::meta(&self.0.open_table(META)?, REVISION_KEY))
     }
-
     fn compact_revision(&self) -> Result<u64> {
-        with_table!(self, META, |t| Ok(t
-            .get(COMPACT_KEY)?
-            .map_or(0, |v| v.value())))
+        db(|| read::meta(&self.0.open_table(META)?, COMPACT_KEY))
     }
-
     fn session(&self, id: &str) -> Result<Option<Session>> {
-        with_table!(self, SESSIONS, |t| get_record(&t, id))
+        db(|| read::record(&self.0.open_table(SESSIONS)?, id))
     }
-
     fn children(&self, id: &str) -> Result<Vec<String>> {
-        with_table!(self, CHILDREN, |t| {
-            let mut out = Vec::new();
-            for entry in t.range((id, "")..)? {
-                let (k, ()) = entry.map(|(k, _)| (k, ()))?;
-                let (parent, child) = k.value();
-                if parent != id {
-                    break;
-                }
-                out.push(child.to_owned());
-            }
-            Ok(out)
-        })
+        db(|| read::pairs(&self.0.open_table(CHILDREN)?, id))
     }
-
     fn sessions_after(&self, after: Option<&str>, limit: usize) -> Result<SessionPage> {
-        with_table!(self, SESSIONS, |t| {
-            let mut page = SessionPage::default();
-            let range = match after {
-                Some(a) => {
-                    t.range::<&str>((std::ops::Bound::Excluded(a), std::ops::Bound::Unbounded))?
-                }
-                None => t.range::<&str>(..)?,
-            };
-            for entry in range {
-                let (_, v) = entry?;
-                if page.sessions.len() == limit {
-                    page.next_after = page.sessions.last().map(|s| s.session_id.clone());
-                    break;
-                }
-                page.sessions.push(decode(v.value())?);
-            }
-            Ok(page)
-        })
+        db(|| read::sessions_after(&self.0.open_table(SESSIONS)?, after, limit))
     }
-
     fn plan(&self, session_id: &str) -> Result<Option<PlanRecord>> {
-        with_table!(self, PLANS, |t| get_record(&t, session_id))
+        db(|| read::record(&self.0.open_table(PLANS)?, session_id))
     }
-
     fn history(
         &self,
         session_id: &str,
@@ -287,139 +349,156 @@ impl ReadView for RedbView<'_> {
         limit: usize,
         max_bytes: usize,
     ) -> Result<(Vec<HistoryEntry>, Option<u64>)> {
-        with_table!(self, HISTORY, |t| {
-            let mut out = Vec::new();
-            let mut bytes = 0;
-            for entry in t.range((session_id, from)..=(session_id, u64::MAX))? {
-                let (k, v) = entry?;
-                if out.len() >= limit.max(1) || (bytes >= max_bytes && !out.is_empty()) {
-                    return Ok((out, Some(k.value().1)));
-                }
-                bytes += v.value().len();
-                out.push(decode(v.value())?);
-            }
-            Ok((out, None))
+        db(|| {
+            read::history(
+                &self.0.open_table(HISTORY)?,
+                session_id,
+                from,
+                limit,
+                max_bytes,
+            )
         })
     }
-
     fn todos(&self, agent_id: &str) -> Result<Option<TodoRecord>> {
-        with_table!(self, TODOS, |t| get_record(&t, agent_id))
+        db(|| read::record(&self.0.open_table(TODOS)?, agent_id))
     }
-
     fn all_todos(&self) -> Result<Vec<TodoRecord>> {
-        with_table!(self, TODOS, |t| {
-            let mut out = Vec::new();
-            for entry in t.range::<&str>(..)? {
-                let (_, v) = entry?;
-                out.push(decode(v.value())?);
-            }
-            Ok(out)
-        })
+        db(|| read::all(&self.0.open_table(TODOS)?))
     }
-
     fn revisions_from(&self, from: u64, limit: usize, max_bytes: usize) -> Result<Vec<Revision>> {
-        with_table!(self, EVENTS, |t| {
-            let mut out = Vec::new();
-            let mut bytes = 0;
-            for entry in t.range(from..)?.take(limit) {
-                let (_, v) = entry?;
-                bytes += v.value().len();
-                out.push(decode(v.value())?);
-                if bytes >= max_bytes {
-                    break;
-                }
-            }
-            Ok(out)
-        })
+        db(|| read::revisions_from(&self.0.open_table(EVENTS)?, from, limit, max_bytes))
     }
-
     fn revision_times(&self, from: u64, limit: usize) -> Result<Vec<(u64, Micros)>> {
-        with_table!(self, EVENT_TIMES, |t| {
-            let mut out = Vec::new();
-            for entry in t.range(from..)?.take(limit) {
-                let (k, v) = entry?;
-                out.push((k.value(), v.value()));
-            }
-            Ok(out)
-        })
+        db(|| read::revision_times(&self.0.open_table(EVENTS)?, from, limit))
     }
-
     fn agent_sessions(&self, agent_id: &str) -> Result<Vec<String>> {
-        with_table!(self, AGENT_SESSIONS, |t| {
-            let mut out = Vec::new();
-            for entry in t.range((agent_id, "")..)? {
-                let (k, ()) = entry.map(|(k, _)| (k, ()))?;
-                let (agent, session) = k.value();
-                if agent != agent_id {
-                    break;
-                }
-                out.push(session.to_owned());
-            }
-            Ok(out)
-        })
+        db(|| read::pairs(&self.0.open_table(AGENT_SESSIONS)?, agent_id))
     }
-
     fn principal(&self, id: &str) -> Result<Option<PrincipalRecord>> {
-        with_table!(self, PRINCIPALS, |t| get_record(&t, id))
+        db(|| read::record(&self.0.open_table(PRINCIPALS)?, id))
     }
-
     fn principal_by_token(&self, token_sha256: &str) -> Result<Option<PrincipalRecord>> {
-        let id = with_table!(self, TOKENS, |t| Ok(t
-            .get(token_sha256)?
-            .map(|v| v.value().to_owned())))?;
+        let id = db(|| {
+            Ok(self
+                .0
+                .open_table(TOKENS)?
+                .get(token_sha256)?
+                .map(|v| v.value().to_owned()))
+        })?;
         match id {
             Some(id) => self.principal(&id),
             None => Ok(None),
         }
     }
-
     fn principals_after(&self, after: Option<&str>, limit: usize) -> Result<Vec<PrincipalRecord>> {
-        with_table!(self, PRINCIPALS, |t| {
-            let range = match after {
-                Some(a) => {
-                    t.range::<&str>((std::ops::Bound::Excluded(a), std::ops::Bound::Unbounded))?
-                }
-                None => t.range::<&str>(..)?,
-            };
-            let mut out = Vec::new();
-            for entry in range.take(limit) {
-                let (_, v) = entry?;
-                out.push(decode(v.value())?);
-            }
-            Ok(out)
-        })
+        db(|| Ok(read::records_after(&self.0.open_table(PRINCIPALS)?, after, limit)?.0))
     }
 }
 
-/// A write transaction seen through [`WriteView`].
-pub struct RedbWrite<'a> {
-    pub txn: &'a WriteTransaction,
+/// A table the writer keeps open for a whole batch: opening a redb table
+/// looks it up and closing it stages its new root, which cost more than
+/// the one insert a mutation makes in most tables.
+struct Held<'txn, K: redb::Key + 'static, V: redb::Value + 'static> {
+    def: TableDefinition<'static, K, V>,
+    table: RefCell<Option<Table<'txn, K, V>>>,
 }
 
-impl RedbWrite<'_> {
-    fn view(&self) -> RedbView<'_> {
-        RedbView::Write(self.txn)
+impl<'txn, K: redb::Key + 'static, V: redb::Value + 'static> Held<'txn, K, V> {
+    fn new(def: TableDefinition<'static, K, V>) -> Self {
+        Held {
+            def,
+            table: RefCell::new(None),
+        }
+    }
+
+    /// The table, opened on first use. A second use while the first is
+    /// still borrowed (never done) is an error, not a panic.
+    fn get(
+        &self,
+        txn: &'txn WriteTransaction,
+    ) -> std::result::Result<RefMut<'_, Table<'txn, K, V>>, Db> {
+        let mut cell = self
+            .table
+            .try_borrow_mut()
+            .map_err(|_| Db(Error::Internal("a table used twice at once".into())))?;
+        if cell.is_none() {
+            *cell = Some(txn.open_table(self.def)?);
+        }
+        RefMut::filter_map(cell, Option::as_mut)
+            .map_err(|_| Db(Error::Internal("a table failed to open".into())))
+    }
+}
+
+/// A write transaction seen through [`WriteView`], its tables held open
+/// until [`RedbWrite::finish`].
+pub struct RedbWrite<'txn> {
+    txn: &'txn WriteTransaction,
+    /// The last revision appended in this transaction, written to `meta`
+    /// once, at the end.
+    appended: Option<u64>,
+    meta: Held<'txn, &'static str, u64>,
+    sessions: Held<'txn, &'static str, &'static [u8]>,
+    children: Held<'txn, (&'static str, &'static str), ()>,
+    plans: Held<'txn, &'static str, &'static [u8]>,
+    history: Held<'txn, (&'static str, u64), &'static [u8]>,
+    todos: Held<'txn, &'static str, &'static [u8]>,
+    events: Held<'txn, u64, &'static [u8]>,
+    agent_sessions: Held<'txn, (&'static str, &'static str), ()>,
+    principals: Held<'txn, &'static str, &'static [u8]>,
+    tokens: Held<'txn, &'static str, &'static str>,
+}
+
+impl<'txn> RedbWrite<'txn> {
+    pub fn new(txn: &'txn WriteTransaction) -> Self {
+        RedbWrite {
+            txn,
+            appended: None,
+            meta: Held::new(META),
+            sessions: Held::new(SESSIONS),
+            children: Held::new(CHILDREN),
+            plans: Held::new(PLANS),
+            history: Held::new(HISTORY),
+            todos: Held::new(TODOS),
+            events: Held::new(EVENTS),
+            agent_sessions: Held::new(AGENT_SESSIONS),
+            principals: Held::new(PRINCIPALS),
+            tokens: Held::new(TOKENS),
+        }
+    }
+
+    /// Records the last revision and closes the tables, before the commit.
+    pub fn finish(self) -> Result<()> {
+        if let Some(rev) = self.appended {
+            db(|| {
+                self.meta.get(self.txn)?.insert(REVISION_KEY, rev)?;
+                Ok(())
+            })?;
+        }
+        Ok(())
     }
 }
 
 impl ReadView for RedbWrite<'_> {
     fn revision(&self) -> Result<u64> {
-        self.view().revision()
+        match self.appended {
+            Some(rev) => Ok(rev),
+            None => db(|| read::meta(&*self.meta.get(self.txn)?, REVISION_KEY)),
+        }
     }
     fn compact_revision(&self) -> Result<u64> {
-        self.view().compact_revision()
+        db(|| read::meta(&*self.meta.get(self.txn)?, COMPACT_KEY))
     }
     fn session(&self, id: &str) -> Result<Option<Session>> {
-        self.view().session(id)
+        db(|| read::record(&*self.sessions.get(self.txn)?, id))
     }
     fn children(&self, id: &str) -> Result<Vec<String>> {
-        self.view().children(id)
+        db(|| read::pairs(&*self.children.get(self.txn)?, id))
     }
     fn sessions_after(&self, after: Option<&str>, limit: usize) -> Result<SessionPage> {
-        self.view().sessions_after(after, limit)
+        db(|| read::sessions_after(&*self.sessions.get(self.txn)?, after, limit))
     }
     fn plan(&self, session_id: &str) -> Result<Option<PlanRecord>> {
-        self.view().plan(session_id)
+        db(|| read::record(&*self.plans.get(self.txn)?, session_id))
     }
     fn history(
         &self,
@@ -428,112 +507,131 @@ impl ReadView for RedbWrite<'_> {
         limit: usize,
         max_bytes: usize,
     ) -> Result<(Vec<HistoryEntry>, Option<u64>)> {
-        self.view().history(session_id, from, limit, max_bytes)
+        db(|| {
+            read::history(
+                &*self.history.get(self.txn)?,
+                session_id,
+                from,
+                limit,
+                max_bytes,
+            )
+        })
     }
     fn todos(&self, agent_id: &str) -> Result<Option<TodoRecord>> {
-        self.view().todos(agent_id)
+        db(|| read::record(&*self.todos.get(self.txn)?, agent_id))
     }
     fn all_todos(&self) -> Result<Vec<TodoRecord>> {
-        self.view().all_todos()
+        db(|| read::all(&*self.todos.get(self.txn)?))
     }
     fn revisions_from(&self, from: u64, limit: usize, max_bytes: usize) -> Result<Vec<Revision>> {
-        self.view().revisions_from(from, limit, max_bytes)
+        db(|| read::revisions_from(&*self.events.get(self.txn)?, from, limit, max_bytes))
     }
     fn revision_times(&self, from: u64, limit: usize) -> Result<Vec<(u64, Micros)>> {
-        self.view().revision_times(from, limit)
+        db(|| read::revision_times(&*self.events.get(self.txn)?, from, limit))
     }
     fn agent_sessions(&self, agent_id: &str) -> Result<Vec<String>> {
-        self.view().agent_sessions(agent_id)
+        db(|| read::pairs(&*self.agent_sessions.get(self.txn)?, agent_id))
     }
     fn principal(&self, id: &str) -> Result<Option<PrincipalRecord>> {
-        self.view().principal(id)
+        db(|| read::record(&*self.principals.get(self.txn)?, id))
     }
     fn principal_by_token(&self, token_sha256: &str) -> Result<Option<PrincipalRecord>> {
-        self.view().principal_by_token(token_sha256)
+        let id = db(|| {
+            Ok(self
+                .tokens
+                .get(self.txn)?
+                .get(token_sha256)?
+                .map(|v| v.value().to_owned()))
+        })?;
+        match id {
+            Some(id) => self.principal(&id),
+            None => Ok(None),
+        }
     }
     fn principals_after(&self, after: Option<&str>, limit: usize) -> Result<Vec<PrincipalRecord>> {
-        self.view().principals_after(after, limit)
+        db(|| Ok(read::records_after(&*self.principals.get(self.txn)?, after, limit)?.0))
     }
 }
 
 impl WriteView for RedbWrite<'_> {
     fn put_session(&mut self, s: &Session) -> Result<()> {
+        let bytes = encode(s)?;
         db(|| {
-            self.txn
-                .open_table(SESSIONS)?
-                .insert(s.session_id.as_str(), encode(s)?.as_slice())?;
+            self.sessions
+                .get(self.txn)?
+                .insert(s.session_id.as_str(), bytes.as_slice())?;
             Ok(())
         })
     }
 
     fn delete_session(&mut self, id: &str) -> Result<()> {
         db(|| {
-            self.txn.open_table(SESSIONS)?.remove(id)?;
+            self.sessions.get(self.txn)?.remove(id)?;
             Ok(())
         })
     }
 
     fn put_child(&mut self, parent: &str, child: &str) -> Result<()> {
         db(|| {
-            self.txn.open_table(CHILDREN)?.insert((parent, child), ())?;
+            self.children.get(self.txn)?.insert((parent, child), ())?;
             Ok(())
         })
     }
 
     fn delete_child(&mut self, parent: &str, child: &str) -> Result<()> {
         db(|| {
-            self.txn.open_table(CHILDREN)?.remove((parent, child))?;
+            self.children.get(self.txn)?.remove((parent, child))?;
             Ok(())
         })
     }
 
-    fn put_plan(&mut self, p: &PlanRecord) -> Result<()> {
+    fn put_plan(&mut self, session_id: &str, record: &[u8]) -> Result<()> {
         db(|| {
-            self.txn
-                .open_table(PLANS)?
-                .insert(p.session_id.as_str(), encode(p)?.as_slice())?;
+            self.plans.get(self.txn)?.insert(session_id, record)?;
             Ok(())
         })
     }
 
     fn delete_plan(&mut self, session_id: &str) -> Result<()> {
         db(|| {
-            self.txn.open_table(PLANS)?.remove(session_id)?;
+            self.plans.get(self.txn)?.remove(session_id)?;
             Ok(())
         })
     }
 
     fn put_history(&mut self, session_id: &str, seq: u64, e: &HistoryEntry) -> Result<()> {
+        let bytes = encode(e)?;
         db(|| {
-            self.txn
-                .open_table(HISTORY)?
-                .insert((session_id, seq), encode(e)?.as_slice())?;
+            self.history
+                .get(self.txn)?
+                .insert((session_id, seq), bytes.as_slice())?;
             Ok(())
         })
     }
 
     fn delete_history(&mut self, session_id: &str) -> Result<()> {
         db(|| {
-            self.txn
-                .open_table(HISTORY)?
+            self.history
+                .get(self.txn)?
                 .retain_in((session_id, 0)..=(session_id, u64::MAX), |_, _| false)?;
             Ok(())
         })
     }
 
     fn put_todos(&mut self, t: &TodoRecord) -> Result<()> {
+        let bytes = encode(t)?;
         db(|| {
-            self.txn
-                .open_table(TODOS)?
-                .insert(t.agent_id.as_str(), encode(t)?.as_slice())?;
+            self.todos
+                .get(self.txn)?
+                .insert(t.agent_id.as_str(), bytes.as_slice())?;
             Ok(())
         })
     }
 
     fn put_agent_session(&mut self, agent_id: &str, session_id: &str) -> Result<()> {
         db(|| {
-            self.txn
-                .open_table(AGENT_SESSIONS)?
+            self.agent_sessions
+                .get(self.txn)?
                 .insert((agent_id, session_id), ())?;
             Ok(())
         })
@@ -541,70 +639,63 @@ impl WriteView for RedbWrite<'_> {
 
     fn delete_agent_session(&mut self, agent_id: &str, session_id: &str) -> Result<()> {
         db(|| {
-            self.txn
-                .open_table(AGENT_SESSIONS)?
+            self.agent_sessions
+                .get(self.txn)?
                 .remove((agent_id, session_id))?;
             Ok(())
         })
     }
 
     fn put_principal(&mut self, p: &PrincipalRecord) -> Result<()> {
+        let bytes = encode(p)?;
+        let id = p.principal.principal_id.as_str();
+        // A rotation replaces the old hash: the old token stops working in
+        // the same commit.
+        let old = self.principal(id)?;
         db(|| {
-            let id = p.principal.principal_id.as_str();
-            let mut tokens = self.txn.open_table(TOKENS)?;
-            // A rotation replaces the old hash: the old token stops working
-            // in the same commit.
-            if let Some(old) = self.txn.open_table(PRINCIPALS)?.get(id)? {
-                let old: PrincipalRecord = decode(old.value())?;
+            let mut tokens = self.tokens.get(self.txn)?;
+            if let Some(old) = old {
                 tokens.remove(old.token_sha256.as_str())?;
             }
             tokens.insert(p.token_sha256.as_str(), id)?;
-            self.txn
-                .open_table(PRINCIPALS)?
-                .insert(id, encode(p)?.as_slice())?;
+            self.principals
+                .get(self.txn)?
+                .insert(id, bytes.as_slice())?;
             Ok(())
         })
     }
 
     fn delete_principal(&mut self, p: &PrincipalRecord) -> Result<()> {
         db(|| {
-            self.txn
-                .open_table(TOKENS)?
-                .remove(p.token_sha256.as_str())?;
-            self.txn
-                .open_table(PRINCIPALS)?
+            self.tokens.get(self.txn)?.remove(p.token_sha256.as_str())?;
+            self.principals
+                .get(self.txn)?
                 .remove(p.principal.principal_id.as_str())?;
             Ok(())
         })
     }
 
     fn append_revision(&mut self, r: &Revision) -> Result<()> {
+        let bytes = encode_revision(r)?;
         db(|| {
-            self.txn
-                .open_table(EVENTS)?
-                .insert(r.revision, encode(r)?.as_slice())?;
-            self.txn
-                .open_table(EVENT_TIMES)?
-                .insert(r.revision, r.time)?;
-            self.txn
-                .open_table(META)?
-                .insert(REVISION_KEY, r.revision)?;
+            self.events
+                .get(self.txn)?
+                .insert(r.revision, bytes.as_slice())?;
             Ok(())
-        })
+        })?;
+        self.appended = Some(r.revision);
+        Ok(())
     }
 
     fn compact_log(&mut self, upto: u64) -> Result<()> {
+        if upto <= self.compact_revision()? {
+            return Ok(());
+        }
         db(|| {
-            if upto <= self.compact_revision()? {
-                return Ok(());
-            }
-            self.txn
-                .open_table(EVENTS)?
+            self.events
+                .get(self.txn)?
                 .retain_in(..=upto, |_, _| false)?;
-            self.txn
-                .open_table(EVENT_TIMES)?
-                .retain_in(..=upto, |_, _| false)?;
-            self.txn.open_table(META)?.insert(COMPACT_KEY, upto)?;
+            self.meta.get(self.txn)?.insert(COMPACT_KEY, upto)?;
             Ok(())
         })
     }

@@ -113,25 +113,30 @@ impl Writer {
                 if let Err(e) = txn.set_durability(Durability::Immediate) {
                     failure = Some(Error::Storage(e.to_string()));
                 }
-                {
-                    let mut w = RedbWrite { txn: &txn };
-                    for op in ops {
-                        if failure.is_some() {
-                            // The transaction is already lost; do not run more ops in it.
-                            let mut op = op;
-                            finishers.push(op(None).0);
-                            continue;
-                        }
+                let mut w = RedbWrite::new(&txn);
+                for op in ops {
+                    if failure.is_some() {
+                        // The transaction is already lost; do not run more ops in it.
                         let mut op = op;
-                        let mut ctx = Ctx::new(&mut w, now, end, &mut staged);
-                        let (finish, poisoned) = op(Some(&mut ctx));
-                        end = ctx.revision();
-                        maintenance |= ctx.wrote_maintenance();
-                        finishers.push(finish);
-                        // The op's own error says best what failed the
-                        // batch (disk full, corruption, a panic).
-                        failure = poisoned;
+                        finishers.push(op(None).0);
+                        continue;
                     }
+                    let mut op = op;
+                    let mut ctx = Ctx::new(&mut w, now, end, &mut staged);
+                    let (finish, poisoned) = op(Some(&mut ctx));
+                    end = ctx.revision();
+                    maintenance |= ctx.wrote_maintenance();
+                    finishers.push(finish);
+                    // The op's own error says best what failed the
+                    // batch (disk full, corruption, a panic).
+                    failure = poisoned;
+                }
+                // The last revision is recorded once per batch, and the
+                // tables close before the commit.
+                if let Err(e) = guard(|| w.finish())
+                    && failure.is_none()
+                {
+                    failure = Some(e);
                 }
                 if failure.is_none() {
                     if staged.is_empty() && !maintenance {
