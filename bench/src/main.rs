@@ -46,6 +46,18 @@ pub enum Scenario {
     WatchFanout,
     /// Server memory per idle watch stream, with `watchers` streams open.
     WatchMemory,
+    /// Writes a plan to each of `sessions` sessions once (filling a store
+    /// for the growth rows) and reports the rate.
+    Populate,
+}
+
+/// What the watch fan-out watchers watch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum WatchTarget {
+    /// One session tree each, spread over `trees` trees.
+    Tree,
+    /// Everything (`all`): every watcher gets every update.
+    All,
 }
 
 /// Load-test a running server (or etcd) and print one JSON line of figures.
@@ -77,6 +89,14 @@ pub struct BenchArgs {
     /// Bytes of payload per write (plan step text, or etcd value).
     #[arg(long, env = "CAIRN_BENCH_PAYLOAD", default_value_t = 256)]
     pub payload: usize,
+    /// Steps per plan written; the payload is shared among them.
+    #[arg(long, env = "CAIRN_BENCH_STEPS", default_value_t = 5)]
+    pub steps: usize,
+    /// Plans and reads go to random sessions among this many
+    /// (`bench-0` …), already written by `populate`; 0: one session per
+    /// client.
+    #[arg(long, env = "CAIRN_BENCH_SESSIONS", default_value_t = 0)]
+    pub sessions: usize,
     /// Watch scenarios: watch streams to open.
     #[arg(long, env = "CAIRN_BENCH_WATCHERS", default_value_t = 1000)]
     pub watchers: usize,
@@ -87,6 +107,13 @@ pub struct BenchArgs {
     /// Watch fan-out: plan updates per second.
     #[arg(long, env = "CAIRN_BENCH_RATE", default_value_t = 1000)]
     pub rate: u64,
+    /// Watch fan-out: what each watcher watches.
+    #[arg(long, value_enum, default_value_t = WatchTarget::Tree)]
+    pub watch: WatchTarget,
+    /// Writes the scenario's request, framed for gRPC (a 5-byte prefix,
+    /// then the message), to this file and exits: the body for h2load.
+    #[arg(long)]
+    pub write_body: Option<std::path::PathBuf>,
     /// Server process id, to report its memory from /proc.
     #[arg(long, env = "CAIRN_BENCH_SERVER_PID")]
     pub server_pid: Option<u32>,
@@ -155,9 +182,86 @@ pub async fn run(args: BenchArgs) -> Result<Report, BoxError> {
     let report = match args.scenario {
         Scenario::WatchFanout => watch_fanout(&args).await?,
         Scenario::WatchMemory => watch_memory(&args).await?,
+        Scenario::Populate => populate(&args).await?,
         _ => request_loop(&args).await?,
     };
     Ok(report)
+}
+
+/// The session a request of client `i` goes to.
+fn session_for(args: &BenchArgs, i: usize) -> String {
+    if args.sessions > 0 {
+        format!("bench-{}", fastrand::usize(..args.sessions))
+    } else {
+        format!("bench-{i}")
+    }
+}
+
+/// The gRPC-framed body of one request of the scenario (session
+/// `bench-0`), for load generators that replay a fixed body.
+pub fn framed_body(args: &BenchArgs) -> Result<Vec<u8>, BoxError> {
+    use prost::Message as _;
+    let message = match args.scenario {
+        Scenario::Health => tonic_health::pb::HealthCheckRequest {
+            service: String::new(),
+        }
+        .encode_to_vec(),
+        Scenario::UpdatePlan => pb::UpdatePlanRequest {
+            session_id: "bench-0".into(),
+            explanation: "bench".into(),
+            plan: plan_items(args, 1),
+            expected_revision: None,
+        }
+        .encode_to_vec(),
+        Scenario::GetPlan => pb::GetPlanRequest {
+            session_id: "bench-0".into(),
+        }
+        .encode_to_vec(),
+        other => return Err(format!("no fixed body for {other:?}").into()),
+    };
+    let len = u32::try_from(message.len()).map_err(|_| "request too large")?;
+    let mut out = Vec::with_capacity(5 + message.len());
+    out.push(0);
+    out.extend_from_slice(&len.to_be_bytes());
+    out.extend_from_slice(&message);
+    Ok(out)
+}
+
+/// Writes one plan to each of `sessions` sessions, `concurrency` at a time.
+async fn populate(args: &BenchArgs) -> Result<Report, BoxError> {
+    let channels = connect(args, args.connections.min(args.concurrency)).await?;
+    let next = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let start = Instant::now();
+    let mut tasks = Vec::with_capacity(args.concurrency);
+    for i in 0..args.concurrency.max(1) {
+        let mut client = PlanServiceClient::new(channels[i % channels.len()].clone());
+        let next = std::sync::Arc::clone(&next);
+        let args = args.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut latencies = Vec::new();
+            loop {
+                let n = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                if n >= args.sessions {
+                    return Ok::<_, tonic::Status>(latencies);
+                }
+                let sent = Instant::now();
+                client
+                    .update_plan(pb::UpdatePlanRequest {
+                        session_id: format!("bench-{n}"),
+                        explanation: "bench".into(),
+                        plan: plan_items(&args, 0),
+                        expected_revision: None,
+                    })
+                    .await?;
+                latencies.push(u32::try_from(sent.elapsed().as_micros()).unwrap_or(u32::MAX));
+            }
+        }));
+    }
+    let mut all = Vec::with_capacity(args.sessions);
+    for t in tasks {
+        all.extend(t.await??);
+    }
+    Ok(summarise(args, all, 0, start.elapsed().as_secs_f64()))
 }
 
 async fn connect(args: &BenchArgs, n: usize) -> Result<Vec<Conn>, BoxError> {
@@ -182,11 +286,12 @@ async fn connect(args: &BenchArgs, n: usize) -> Result<Vec<Conn>, BoxError> {
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-fn plan_items(payload: usize, round: u64) -> Vec<pb::PlanItem> {
-    // Five steps sharing the payload; the round number keeps every write a
-    // real change.
-    let each = (payload / 5).max(8);
-    (0..5)
+fn plan_items(args: &BenchArgs, round: u64) -> Vec<pb::PlanItem> {
+    // `steps` steps sharing the payload; the round number keeps every
+    // write a real change.
+    let steps = args.steps.max(1);
+    let each = (args.payload / steps).max(8);
+    (0..steps)
         .map(|i| {
             let mut step = format!("step {i} round {round} ");
             step.extend(std::iter::repeat_n('x', each.saturating_sub(step.len())));
@@ -216,16 +321,16 @@ async fn one(args: &BenchArgs, channel: Conn, i: usize, round: u64) -> Result<()
         }
         Scenario::UpdatePlan => PlanServiceClient::new(channel)
             .update_plan(pb::UpdatePlanRequest {
-                session_id: format!("bench-{i}"),
+                session_id: session_for(args, i),
                 explanation: "bench".into(),
-                plan: plan_items(args.payload, round),
+                plan: plan_items(args, round),
                 expected_revision: None,
             })
             .await
             .map(|_| ()),
         Scenario::GetPlan => PlanServiceClient::new(channel)
             .get_plan(pb::GetPlanRequest {
-                session_id: format!("bench-{i}"),
+                session_id: session_for(args, i),
             })
             .await
             .map(|_| ()),
@@ -243,15 +348,16 @@ async fn one(args: &BenchArgs, channel: Conn, i: usize, round: u64) -> Result<()
             };
             etcd_call(channel, "/etcdserverpb.KV/Range", req).await
         }
-        Scenario::WatchFanout | Scenario::WatchMemory => Ok(()),
+        Scenario::WatchFanout | Scenario::WatchMemory | Scenario::Populate => Ok(()),
     }
 }
 
 async fn request_loop(args: &BenchArgs) -> Result<Report, BoxError> {
     let channels = connect(args, args.connections.min(args.concurrency)).await?;
-    // Reads need something to read: one write per client first.
+    // Reads need something to read: one write per client first (unless a
+    // populated store is read).
     let seed = match args.scenario {
-        Scenario::GetPlan => Some(Scenario::UpdatePlan),
+        Scenario::GetPlan if args.sessions == 0 => Some(Scenario::UpdatePlan),
         Scenario::EtcdRange => Some(Scenario::EtcdPut),
         _ => None,
     };
@@ -402,14 +508,14 @@ async fn setup_trees(args: &BenchArgs, channel: Conn) -> Result<Vec<String>, ton
     Ok(subs)
 }
 
-/// Opens a tree watch and waits for `synced`, so the stream is established.
+/// Opens a watch and waits for `synced`, so the stream is established.
 async fn open_watch(
     channel: Conn,
-    root: String,
+    target: pb::watch_request::Target,
 ) -> Result<tonic::Streaming<pb::WatchResponse>, tonic::Status> {
     let mut stream = WatchServiceClient::new(channel)
         .watch(pb::WatchRequest {
-            target: Some(pb::watch_request::Target::SessionTree(root)),
+            target: Some(target),
             start_revision: None,
             send_initial_state: true,
             progress_interval: Some(prost_types::Duration {
@@ -435,8 +541,13 @@ async fn watch_fanout(args: &BenchArgs) -> Result<Report, BoxError> {
     let end = measure_from + args.duration;
     let mut watchers = Vec::with_capacity(args.watchers);
     for w in 0..args.watchers {
-        let root = format!("fan-{}", w % subs.len());
-        let mut stream = open_watch(connections[w % connections.len()].clone(), root).await?;
+        let target = match args.watch {
+            WatchTarget::Tree => {
+                pb::watch_request::Target::SessionTree(format!("fan-{}", w % subs.len()))
+            }
+            WatchTarget::All => pb::watch_request::Target::All(true),
+        };
+        let mut stream = open_watch(connections[w % connections.len()].clone(), target).await?;
         watchers.push(tokio::spawn(async move {
             let mut latencies = Vec::new();
             // Delivery latency: receive time minus the commit batch's time
@@ -460,7 +571,7 @@ async fn watch_fanout(args: &BenchArgs) -> Result<Report, BoxError> {
     let writer_channel = connections[0].clone();
     let rate = args.rate.max(1);
     let subs_for_writer = subs.clone();
-    let payload = args.payload;
+    let plan_args = args.clone();
     let writer = tokio::spawn(async move {
         let period =
             Duration::from_secs_f64(1.0 / f64::from(u32::try_from(rate).unwrap_or(u32::MAX)));
@@ -474,7 +585,7 @@ async fn watch_fanout(args: &BenchArgs) -> Result<Report, BoxError> {
             let sub =
                 subs_for_writer[usize::try_from(n).unwrap_or(0) % subs_for_writer.len()].clone();
             n += 1;
-            let items = plan_items(payload, n);
+            let items = plan_items(&plan_args, n);
             inflight.spawn(async move {
                 let _ = client
                     .update_plan(pb::UpdatePlanRequest {
@@ -525,7 +636,8 @@ async fn watch_memory(args: &BenchArgs) -> Result<Report, BoxError> {
     let mut streams = Vec::with_capacity(args.watchers);
     for w in 0..args.watchers {
         let root = format!("fan-{}", w % subs.len());
-        streams.push(open_watch(connections[w % connections.len()].clone(), root).await?);
+        let target = pb::watch_request::Target::SessionTree(root);
+        streams.push(open_watch(connections[w % connections.len()].clone(), target).await?);
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
     let (after, peak) = server_memory(pid);
@@ -547,6 +659,15 @@ async fn watch_memory(args: &BenchArgs) -> Result<Report, BoxError> {
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     let args = BenchArgs::parse();
+    if let Some(path) = &args.write_body {
+        return match framed_body(&args).and_then(|b| Ok(std::fs::write(path, b)?)) {
+            Ok(()) => std::process::ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("cannot write the body: {e}");
+                std::process::ExitCode::FAILURE
+            }
+        };
+    }
     match run(args).await {
         Ok(report) => match serde_json::to_string(&report) {
             Ok(line) => {

@@ -17,24 +17,34 @@ use cairn_testkit::{item, update};
 
 use crate::bin;
 
-/// Writes `n` sessions with plans of about `step_bytes` per step.
-async fn fill(p: &Proc, n: usize, step_bytes: usize) -> Vec<String> {
+/// Writes `n` sessions with plans of about `step_bytes` per step; also
+/// returns the start of the third step of `s0100`, text found nowhere else
+/// (random, so stored as it is even where records are compressed).
+async fn fill(p: &Proc, n: usize, step_bytes: usize) -> (Vec<String>, String) {
     let mut plans = pb::plan_service_client::PlanServiceClient::new(p.channel().await);
     let mut ids = Vec::new();
+    let mut marker = String::new();
     for i in 0..n {
         let id = format!("s{i:04}");
         let steps = (0..5)
             .map(|k| {
-                item(
-                    &format!("{id} {k} {}", "x".repeat(step_bytes)),
-                    pb::StepStatus::Pending,
-                )
+                let text = noise(step_bytes);
+                if i == 100 && k == 2 {
+                    text[..16].clone_into(&mut marker);
+                }
+                item(&format!("{id} {k} {text}"), pb::StepStatus::Pending)
             })
             .collect();
         plans.update_plan(update(&id, steps)).await.unwrap();
         ids.push(id);
     }
-    ids
+    (ids, marker)
+}
+
+/// Text that does not compress, so that records take the room their
+/// length says (the store compresses what it can).
+fn noise(n: usize) -> String {
+    (0..n).map(|_| fastrand::alphanumeric()).collect()
 }
 
 async fn health(p: &Proc) -> ServingStatus {
@@ -68,10 +78,10 @@ fn damage(file: &std::path::Path, marker: &str) {
 async fn a_corrupt_page_is_data_loss_and_never_takes_a_reader() {
     let dir = tempfile::tempdir().unwrap();
     let p = Proc::start(&bin(), dir.path(), &[]);
-    let ids = fill(&p, 200, 2000).await;
+    let (ids, marker) = fill(&p, 200, 2000).await;
     p.stop().await;
     let file = dir.path().join("cairn.redb");
-    damage(&file, "s0100 2 ");
+    damage(&file, &marker);
 
     // Start-up checks every page: the damage is found and named.
     let (status, log) = Proc::try_start(&bin(), dir.path(), &[])
@@ -189,12 +199,7 @@ async fn a_full_disk_is_resource_exhausted_and_heals_when_space_returns() {
     for i in 0..10_000 {
         let id = format!("s{i}");
         let steps = (0..5)
-            .map(|k| {
-                item(
-                    &format!("{k} {}", "y".repeat(8000)),
-                    pb::StepStatus::Pending,
-                )
-            })
+            .map(|k| item(&format!("{k} {}", noise(8000)), pb::StepStatus::Pending))
             .collect();
         match plans.update_plan(update(&id, steps)).await {
             Ok(_) => acked.push(id),

@@ -36,3 +36,9 @@ pub use limits::Limits;
 pub use plan_mode::SessionPlan;
 pub use revision::check_expected_revision;
 pub use time::{Micros, rfc3339};
+
+/// Whether a value is its type's default: encodings leave such fields out
+/// (`skip_serializing_if`), and reading fills them back in.
+pub fn is_zero<T: Default + PartialEq>(value: &T) -> bool {
+    *value == T::default()
+}

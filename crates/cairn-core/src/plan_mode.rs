@@ -195,13 +195,19 @@ pub struct HistoryEntry {
 #[serde(default)]
 pub struct PlanModeState {
     pub mode: Mode,
+    #[serde(skip_serializing_if = "String::is_empty")]
     pub goal: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
     pub scope: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub pending: Option<PendingPlan>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub active: Option<ActivePlan>,
     /// Modifications of the active plan awaiting approval.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub modifications: Vec<Modification>,
     /// Next modification id; never reused within a session.
+    #[serde(skip_serializing_if = "crate::is_zero")]
     pub next_modification_id: u32,
 }
 

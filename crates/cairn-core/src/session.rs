@@ -11,15 +11,20 @@ use crate::error::{Error, Result, excerpt};
 use crate::limits::Limits;
 use crate::time::Micros;
 
-/// A stored session.
+/// A stored session. Empty fields are left out of its encoding (they read
+/// back as their defaults), which keeps a million of them small.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct Session {
     pub session_id: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
     pub agent_id: String,
     /// `None` for a root session.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub parent_session_id: Option<String>,
+    #[serde(skip_serializing_if = "String::is_empty")]
     pub title: String,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub labels: BTreeMap<String, String>,
     pub create_time: Micros,
     pub update_time: Micros,

@@ -472,12 +472,12 @@ pub fn mutate_plan<R>(
     record.update_time = ctx.now;
     // Every later change rewrites and logs the whole record: bound it,
     // before anything is written.
-    let encoded = crate::codec::encode(&record)?;
+    let (encoded, size) = crate::codec::encode_sized(&record)?;
     Limits::check_count(
         "plan",
         "stored plan size in bytes",
         limits.max_plan_bytes,
-        encoded.len(),
+        size,
     )?;
     let mut events = Vec::with_capacity(2);
     if created {

@@ -22,6 +22,7 @@ pub struct PlanRecord {
     /// 0 when never written.
     pub update_time: Micros,
     /// Number of history entries, so the next one gets a fresh key.
+    #[serde(skip_serializing_if = "cairn_core::is_zero")]
     pub history_len: u64,
 }
 
@@ -82,29 +83,29 @@ pub struct Event {
     pub kind: EventKind,
     pub object: EventObject,
     /// The session concerned, or empty.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub session_id: String,
     /// That session's parent at this revision, or empty. Tree watchers decide
     /// membership from it, so it is recorded, not looked up later.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub parent_session_id: String,
     /// The agent concerned, or empty.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub agent_id: String,
     /// The session's ancestors at this revision, root first, parent last.
     /// With it a tree filter needs no history: an event belongs to the tree
     /// of `r` when its session is `r` or has `r` among its ancestors.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub ancestors: Vec<String>,
     /// For a move: the parent and ancestors before it, so the tree the
     /// session left also sees it go.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub previous_parent_session_id: String,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub previous_ancestors: Vec<String>,
     /// For a session handed to another agent: the agent before, so that
     /// agent's watchers also see it go.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub previous_agent_id: String,
     /// The session moved in the tree (possibly from being a root, which
     /// `previous_parent_session_id` cannot tell): the ancestry of all

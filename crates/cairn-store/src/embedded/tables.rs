@@ -16,7 +16,7 @@ use redb::{
     WriteTransaction,
 };
 
-use crate::codec::{decode, decode_revision, encode, encode_revision, revision_time};
+use crate::codec::{decode, encode, encode_revision, revision_time};
 use crate::records::{PlanRecord, PrincipalRecord, Revision, SessionPage, TodoRecord};
 use crate::seam::{ReadView, WriteView};
 
@@ -182,7 +182,8 @@ pub fn open(
 /// Reads over a table, whichever transaction opened it: a read
 /// transaction's `ReadOnlyTable` and the writer's held `Table` share them.
 mod read {
-    use super::{Db, Micros, Revision, SessionPage, decode, decode_revision, revision_time};
+    use super::{Db, Micros, Revision, SessionPage, decode, revision_time};
+    use crate::codec::{decode_revision_sized, decode_sized};
     use redb::ReadableTable;
     use serde::de::DeserializeOwned;
     use std::ops::Bound;
@@ -265,8 +266,10 @@ mod read {
             if out.len() >= limit.max(1) || (bytes >= max_bytes && !out.is_empty()) {
                 return Ok((out, Some(k.value().1)));
             }
-            bytes += v.value().len();
-            out.push(decode(v.value())?);
+            // Counted decoded: the budget bounds memory and messages.
+            let (entry, size) = decode_sized(v.value())?;
+            bytes += size;
+            out.push(entry);
         }
         Ok((out, None))
     }
@@ -292,8 +295,9 @@ mod read {
         let mut bytes = 0;
         for entry in t.range(from..)?.take(limit) {
             let (_, v) = entry?;
-            bytes += v.value().len();
-            out.push(decode_revision(v.value())?);
+            let (revision, size) = decode_revision_sized(v.value())?;
+            bytes += size;
+            out.push(revision);
             if bytes >= max_bytes {
                 break;
             }
