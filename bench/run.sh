@@ -1,13 +1,21 @@
 #!/usr/bin/env bash
-# The whole comparison in one run, on one machine: Cairn's transport ceiling
-# (health checks), durable UpdatePlan with group commit and with
-# --commit-batch 1, GetPlan, etcd Put/Range with the same load generator,
-# watch fan-out latency and memory per idle watch stream. Prints one table.
+# The whole comparison in one run, on one machine, printed as one table:
+#  - Cairn's transport ceiling (health checks), durable UpdatePlan with
+#    group commit and with --commit-batch 1, GetPlan;
+#  - the same three, and etcd's Put, driven by h2load (nghttp2), so the
+#    ratios do not depend on Cairn's own load generator;
+#  - etcd Put/Range with cairn-bench;
+#  - UpdatePlan with 5, 50 and 200-step plans;
+#  - growth: random UpdatePlan and GetPlan over 1,000 and 1,000,000
+#    sessions, the file's bytes per session, the server's RSS, restart time;
+#  - watch fan-out to 1,000 tree watchers and to 1,000 `all` watchers,
+#    memory per idle watch stream.
 #
 #   bench/run.sh                      # defaults below
 #   DURATION=20s CONCURRENCY=64 bench/run.sh
 #
-# Needs etcd (Debian: apt-get install etcd-server); installs it if missing.
+# Needs etcd (Debian: etcd-server) and h2load (nghttp2-client); installs
+# them if missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -17,12 +25,17 @@ CONCURRENCY=${CONCURRENCY:-64}
 PAYLOAD=${PAYLOAD:-256}
 WATCHERS=${WATCHERS:-1000}
 RATE=${RATE:-1000}
+ALL_RATE=${ALL_RATE:-50}
 IDLE_STREAMS=${IDLE_STREAMS:-10000}
+GROWTH=${GROWTH:-1000000}
 WORK=${WORK:-${TMPDIR:-/tmp}/cairn-bench}
 OUT=${OUT:-$WORK/results.jsonl}
 
-if ! command -v etcd >/dev/null; then
-  apt-get update -q && apt-get install -y -q etcd-server
+missing=()
+command -v etcd >/dev/null || missing+=(etcd-server)
+command -v h2load >/dev/null || missing+=(nghttp2-client)
+if [ ${#missing[@]} -gt 0 ]; then
+  apt-get update -q && apt-get install -y -q "${missing[@]}"
 fi
 cargo build --release --bin cairn
 cargo build --release -p cairn-bench
@@ -33,16 +46,13 @@ rm -rf "$WORK" && mkdir -p "$WORK"
 : > "$OUT"
 
 PORT=50551
+CAIRN="http://127.0.0.1:$PORT"
 server_pid=""
-start_cairn() { # extra flags...
-  rm -rf "$WORK/cairn-data"
+start_cairn() { # [keep] extra flags...: a server on a fresh data dir (or the kept one)
+  if [ "${1:-}" = keep ]; then shift; else rm -rf "$WORK/cairn-data"; fi
   CAIRN_LOG=warn "$BIN" serve --listen "127.0.0.1:$PORT" --data-dir "$WORK/cairn-data" "$@" 2>>"$WORK/cairn.log" &
   server_pid=$!
-  for _ in $(seq 100); do
-    "$BENCH" --scenario health --addr "http://127.0.0.1:$PORT" --concurrency 1 --duration 0s --warmup 0s >/dev/null 2>&1 && return
-    sleep 0.1
-  done
-  echo "cairn did not start" >&2; exit 1
+  "$BENCH" --scenario ready --addr "$CAIRN" >/dev/null
 }
 stop() { kill "$server_pid" 2>/dev/null || true; wait "$server_pid" 2>/dev/null || true; }
 trap 'kill $server_pid 2>/dev/null || true' EXIT
@@ -52,10 +62,36 @@ bench() { # label scenario addr [flags...]
   echo "-- $label" >&2
   "$BENCH" --label "$label" --scenario "$scenario" --addr "$addr" \
     --concurrency "$CONCURRENCY" --duration "$DURATION" --warmup "$WARMUP" \
-    --payload "$PAYLOAD" --server-pid "$server_pid" "$@" | tee -a "$OUT" >&2
+    --payload "${ROW_PAYLOAD:-$PAYLOAD}" --server-pid "$server_pid" "$@" | tee -a "$OUT" >&2
 }
 
-CAIRN="http://127.0.0.1:$PORT"
+h2() { # label path body-scenario: h2load, 16 connections x 4 streams
+  local label=$1 path=$2 body=$WORK/body-$3.bin
+  echo "-- $label" >&2
+  "$BENCH" --scenario "$3" --payload "$PAYLOAD" --write-body "$body"
+  python3 bench/h2load.py "$label" "$ADDR/$path" "$body" "$server_pid" "${DURATION%s}" 16 4 \
+    | tee -a "$OUT" >&2
+}
+
+note() { # a JSON line of its own (file sizes, restart times)
+  echo "$1" | tee -a "$OUT" >&2
+}
+
+start_etcd() {
+  rm -rf "$WORK/etcd-data"
+  etcd --name bench --data-dir "$WORK/etcd-data" \
+    --listen-client-urls http://127.0.0.1:2379 --advertise-client-urls http://127.0.0.1:2379 \
+    --listen-peer-urls http://127.0.0.1:2380 --initial-advertise-peer-urls http://127.0.0.1:2380 \
+    --initial-cluster bench=http://127.0.0.1:2380 --log-level error >"$WORK/etcd.log" 2>&1 &
+  server_pid=$!
+  for _ in $(seq 100); do
+    "$BENCH" --scenario etcd-range --addr http://127.0.0.1:2379 --concurrency 1 --duration 0s --warmup 0s >/dev/null 2>&1 && return
+    sleep 0.1
+  done
+  echo "etcd did not start" >&2; exit 1
+}
+
+# ---- the transport ceiling, writes and reads (cairn-bench)
 start_cairn
 bench "health check (transport ceiling)" health "$CAIRN"
 bench "UpdatePlan, group commit" update-plan "$CAIRN"
@@ -66,23 +102,55 @@ start_cairn --commit-batch 1
 bench "UpdatePlan, --commit-batch 1" update-plan "$CAIRN"
 stop
 
-rm -rf "$WORK/etcd-data"
-etcd --name bench --data-dir "$WORK/etcd-data" \
-  --listen-client-urls http://127.0.0.1:2379 --advertise-client-urls http://127.0.0.1:2379 \
-  --listen-peer-urls http://127.0.0.1:2380 --initial-advertise-peer-urls http://127.0.0.1:2380 \
-  --initial-cluster bench=http://127.0.0.1:2380 --log-level error >"$WORK/etcd.log" 2>&1 &
-server_pid=$!
-for _ in $(seq 100); do
-  "$BENCH" --scenario etcd-range --addr http://127.0.0.1:2379 --concurrency 1 --duration 0s --warmup 0s >/dev/null 2>&1 && break
-  sleep 0.1
-done
+# ---- the same with h2load, and etcd Put with it
+start_cairn
+ADDR=$CAIRN
+h2 "h2load: health check" grpc.health.v1.Health/Check health
+h2 "h2load: UpdatePlan" cairn.v1.PlanService/UpdatePlan update-plan
+h2 "h2load: GetPlan" cairn.v1.PlanService/GetPlan get-plan
+stop
+
+start_etcd
+ADDR=http://127.0.0.1:2379
+h2 "h2load: etcd Put" etcdserverpb.KV/Put etcd-put
+stop
+start_etcd
 bench "etcd Put" etcd-put http://127.0.0.1:2379
 bench "etcd Range (serializable)" etcd-range http://127.0.0.1:2379
 stop
 
+# ---- plan size: the same ~51 bytes per step, 5, 50 and 200 steps
+start_cairn
+for steps in 5 50 200; do
+  ROW_PAYLOAD=$((51 * steps)) bench "UpdatePlan, $steps steps" update-plan "$CAIRN" --steps "$steps"
+done
+stop
+
+# ---- growth: random sessions among 1,000, then among $GROWTH
+for n in 1000 "$GROWTH"; do
+  start_cairn
+  bench "populate $n sessions (5 steps each)" populate "$CAIRN" --sessions "$n"
+  bench "UpdatePlan, random of $n sessions" update-plan "$CAIRN" --sessions "$n"
+  bench "GetPlan, random of $n sessions" get-plan "$CAIRN" --sessions "$n"
+  stop
+  bytes=$(du -B1 "$WORK/cairn-data/cairn.redb" | cut -f1)
+  note "{\"label\": \"store file, $n sessions\", \"scenario\": \"FileSize\", \"sessions\": $n, \"bytes\": $bytes}"
+  start=$(date +%s%N)
+  start_cairn keep
+  ready=$(date +%s%N)
+  note "{\"label\": \"restart, $n sessions\", \"scenario\": \"Restart\", \"sessions\": $n, \"seconds\": $(python3 -c "print(($ready - $start) / 1e9)"), \"server_rss_kb\": $(grep VmRSS /proc/$server_pid/status | awk '{print $2}')}"
+  stop
+done
+
+# ---- watches
 start_cairn
 bench "watch fan-out, $WATCHERS tree watchers, $RATE updates/s" watch-fanout "$CAIRN" \
   --watchers "$WATCHERS" --trees "$WATCHERS" --rate "$RATE"
+stop
+
+start_cairn
+bench "watch fan-out, $WATCHERS all watchers, $ALL_RATE updates/s" watch-fanout "$CAIRN" \
+  --watchers "$WATCHERS" --trees 100 --rate "$ALL_RATE" --watch all
 stop
 
 start_cairn

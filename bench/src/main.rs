@@ -49,6 +49,9 @@ pub enum Scenario {
     /// Writes a plan to each of `sessions` sessions once (filling a store
     /// for the growth rows) and reports the rate.
     Populate,
+    /// Waits until the server answers a health check with SERVING (at
+    /// most a minute) and reports how long that took: restart time.
+    Ready,
 }
 
 /// What the watch fan-out watchers watch.
@@ -183,6 +186,7 @@ pub async fn run(args: BenchArgs) -> Result<Report, BoxError> {
         Scenario::WatchFanout => watch_fanout(&args).await?,
         Scenario::WatchMemory => watch_memory(&args).await?,
         Scenario::Populate => populate(&args).await?,
+        Scenario::Ready => ready(&args).await?,
         _ => request_loop(&args).await?,
     };
     Ok(report)
@@ -217,6 +221,11 @@ pub fn framed_body(args: &BenchArgs) -> Result<Vec<u8>, BoxError> {
             session_id: "bench-0".into(),
         }
         .encode_to_vec(),
+        Scenario::EtcdPut => EtcdPutRequest {
+            key: b"bench/0".to_vec(),
+            value: vec![b'x'; args.payload],
+        }
+        .encode_to_vec(),
         other => return Err(format!("no fixed body for {other:?}").into()),
     };
     let len = u32::try_from(message.len()).map_err(|_| "request too large")?;
@@ -225,6 +234,40 @@ pub fn framed_body(args: &BenchArgs) -> Result<Vec<u8>, BoxError> {
     out.extend_from_slice(&len.to_be_bytes());
     out.extend_from_slice(&message);
     Ok(out)
+}
+
+/// Polls the health check until it says SERVING.
+async fn ready(args: &BenchArgs) -> Result<Report, BoxError> {
+    let start = Instant::now();
+    let deadline = start + Duration::from_secs(60);
+    loop {
+        let serving = async {
+            let channel = Endpoint::from_shared(args.addr.clone())?
+                .connect_timeout(Duration::from_millis(200))
+                .connect()
+                .await?;
+            let status = tonic_health::pb::health_client::HealthClient::new(channel)
+                .check(tonic_health::pb::HealthCheckRequest {
+                    service: String::new(),
+                })
+                .await?
+                .into_inner()
+                .status;
+            Ok::<_, BoxError>(
+                status
+                    == i32::from(tonic_health::pb::health_check_response::ServingStatus::Serving),
+            )
+        };
+        if matches!(serving.await, Ok(true)) {
+            let mut report = summarise(args, Vec::new(), 0, start.elapsed().as_secs_f64());
+            report.scenario = "Ready".into();
+            return Ok(report);
+        }
+        if Instant::now() > deadline {
+            return Err("the server was not ready within a minute".into());
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }
 
 /// Writes one plan to each of `sessions` sessions, `concurrency` at a time.
@@ -348,7 +391,9 @@ async fn one(args: &BenchArgs, channel: Conn, i: usize, round: u64) -> Result<()
             };
             etcd_call(channel, "/etcdserverpb.KV/Range", req).await
         }
-        Scenario::WatchFanout | Scenario::WatchMemory | Scenario::Populate => Ok(()),
+        Scenario::WatchFanout | Scenario::WatchMemory | Scenario::Populate | Scenario::Ready => {
+            Ok(())
+        }
     }
 }
 

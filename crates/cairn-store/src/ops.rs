@@ -430,41 +430,73 @@ pub fn mutate_plan<R>(
     change: impl FnOnce(&mut SessionPlan, cairn_core::Micros) -> Result<(R, Vec<HistoryEntry>)>,
 ) -> Result<(R, PlanRecord, u64)> {
     limits.check_resource_id("session_id", session_id)?;
-    let (session, created) = match ctx.view.session(session_id)? {
-        Some(s) => {
-            let mut chain = Vec::new();
-            access::check_session(caller, action, &facts(ctx.view, &s, &mut chain)?)?;
-            (s, false)
-        }
-        None if if_missing == IfMissing::Create => {
-            let agent_id = new_session_agent(caller);
-            access::check_create(caller, session_id, &agent_id, None)?;
-            (
-                Session {
+    // From memory when the engine has it (no reads, no decoding), else
+    // from the transaction.
+    let (session, chain, mut record, created) = if let Some(hot) = ctx.view.hot_plan(session_id)? {
+        access::check_session(
+            caller,
+            action,
+            &SessionFacts {
+                session_id,
+                agent_id: &hot.agent_id,
+                ancestors: &hot.ancestors,
+            },
+        )?;
+        // What events and rights need of the session: its agent and place.
+        let session = Session {
+            session_id: session_id.to_owned(),
+            agent_id: hot.agent_id.clone(),
+            parent_session_id: hot.ancestors.last().cloned(),
+            ..Session::default()
+        };
+        (session, hot.ancestors.clone(), hot.record.clone(), false)
+    } else {
+        match ctx.view.session(session_id)? {
+            Some(s) => {
+                let chain = ancestors(ctx.view, s.parent_session_id.as_deref())?;
+                access::check_session(
+                    caller,
+                    action,
+                    &SessionFacts {
+                        session_id,
+                        agent_id: &s.agent_id,
+                        ancestors: &chain,
+                    },
+                )?;
+                let record = plan_or_default(ctx.view, session_id)?;
+                (s, chain, record, false)
+            }
+            None if if_missing == IfMissing::Create => {
+                let agent_id = new_session_agent(caller);
+                access::check_create(caller, session_id, &agent_id, None)?;
+                let session = Session {
                     session_id: session_id.to_owned(),
                     agent_id,
                     create_time: ctx.now,
                     update_time: ctx.now,
                     revision: ctx.next_revision(),
                     ..Session::default()
-                },
-                true,
-            )
-        }
-        None => {
-            // An unknown session is a session in NORMAL mode with no plan:
-            // answer with the rule's own error (e.g. "Not in plan mode"),
-            // which is what an agent can act on, and create nothing.
-            change(&mut SessionPlan::default(), ctx.now)?;
-            return Err(Error::SessionNotFound(session_id.to_owned()));
+                };
+                let record = PlanRecord {
+                    session_id: session_id.to_owned(),
+                    ..PlanRecord::default()
+                };
+                (session, Vec::new(), record, true)
+            }
+            None => {
+                // An unknown session is a session in NORMAL mode with no
+                // plan: answer with the rule's own error (e.g. "Not in plan
+                // mode"), which is what an agent can act on, and create
+                // nothing.
+                change(&mut SessionPlan::default(), ctx.now)?;
+                return Err(Error::SessionNotFound(session_id.to_owned()));
+            }
         }
     };
-    let mut record = plan_or_default(ctx.view, session_id)?;
     check_expected_revision(expected, record.revision)?;
     let mut plan = record.plan.clone();
     let (out, history) = change(&mut plan, ctx.now)?;
 
-    let chain = ancestors(ctx.view, session.parent_session_id.as_deref())?;
     let history_from = record.history_len;
     record.history_len += history.len() as u64;
     record.plan = plan;

@@ -18,6 +18,7 @@ use cairn_core::plan_mode::HistoryEntry;
 use cairn_core::session::Session;
 use tokio::sync::watch;
 
+use crate::cache::HotPlan;
 use crate::health::Condition;
 use crate::records::{Event, PlanRecord, PrincipalRecord, Revision, SessionPage, TodoRecord};
 
@@ -60,6 +61,12 @@ pub trait ReadView {
     fn principal_by_token(&self, token_sha256: &str) -> Result<Option<PrincipalRecord>>;
     /// Principals ordered by id, strictly after `after`, at most `limit`.
     fn principals_after(&self, after: Option<&str>, limit: usize) -> Result<Vec<PrincipalRecord>>;
+    /// A session's committed plan with its agent and ancestry, if the
+    /// engine holds it in memory and it is current for this view (inside
+    /// a write: untouched by the writes so far). `None` says nothing.
+    fn hot_plan(&self, _session_id: &str) -> Result<Option<Arc<HotPlan>>> {
+        Ok(None)
+    }
 }
 
 /// Writes inside one transaction.

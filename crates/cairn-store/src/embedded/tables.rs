@@ -10,12 +10,15 @@ use cairn_core::error::{Error, Result};
 use cairn_core::plan_mode::HistoryEntry;
 use cairn_core::session::Session;
 use std::cell::{RefCell, RefMut};
+use std::collections::HashSet;
+use std::sync::Arc;
 
 use redb::{
     Database, ReadTransaction, ReadableTable, ReadableTableMetadata, Table, TableDefinition,
     WriteTransaction,
 };
 
+use crate::cache::{HotPlan, PlanCache};
 use crate::codec::{decode, encode, encode_revision, revision_time};
 use crate::records::{PlanRecord, PrincipalRecord, Revision, SessionPage, TodoRecord};
 use crate::seam::{ReadView, WriteView};
@@ -440,6 +443,13 @@ pub struct RedbWrite<'txn> {
     /// The last revision appended in this transaction, written to `meta`
     /// once, at the end.
     appended: Option<u64>,
+    /// The committed hot plans, current for every session this
+    /// transaction has not touched.
+    hot: Option<&'txn PlanCache>,
+    /// Sessions whose record or plan this transaction wrote.
+    touched: HashSet<String>,
+    /// A session was deleted or moved: ancestry in the cache may be stale.
+    reshaped: bool,
     meta: Held<'txn, &'static str, u64>,
     sessions: Held<'txn, &'static str, &'static [u8]>,
     children: Held<'txn, (&'static str, &'static str), ()>,
@@ -453,10 +463,15 @@ pub struct RedbWrite<'txn> {
 }
 
 impl<'txn> RedbWrite<'txn> {
-    pub fn new(txn: &'txn WriteTransaction) -> Self {
+    /// A view of `txn`; with `hot`, plans the batch has not touched are
+    /// read from memory.
+    pub fn new(txn: &'txn WriteTransaction, hot: Option<&'txn PlanCache>) -> Self {
         RedbWrite {
             txn,
             appended: None,
+            hot,
+            touched: HashSet::new(),
+            reshaped: false,
             meta: Held::new(META),
             sessions: Held::new(SESSIONS),
             children: Held::new(CHILDREN),
@@ -555,10 +570,17 @@ impl ReadView for RedbWrite<'_> {
     fn principals_after(&self, after: Option<&str>, limit: usize) -> Result<Vec<PrincipalRecord>> {
         db(|| Ok(read::records_after(&*self.principals.get(self.txn)?, after, limit)?.0))
     }
+    fn hot_plan(&self, session_id: &str) -> Result<Option<Arc<HotPlan>>> {
+        if self.reshaped || self.touched.contains(session_id) {
+            return Ok(None);
+        }
+        Ok(self.hot.and_then(|h| h.get(session_id)))
+    }
 }
 
 impl WriteView for RedbWrite<'_> {
     fn put_session(&mut self, s: &Session) -> Result<()> {
+        self.touched.insert(s.session_id.clone());
         let bytes = encode(s)?;
         db(|| {
             self.sessions
@@ -569,6 +591,7 @@ impl WriteView for RedbWrite<'_> {
     }
 
     fn delete_session(&mut self, id: &str) -> Result<()> {
+        self.reshaped = true;
         db(|| {
             self.sessions.get(self.txn)?.remove(id)?;
             Ok(())
@@ -583,6 +606,8 @@ impl WriteView for RedbWrite<'_> {
     }
 
     fn delete_child(&mut self, parent: &str, child: &str) -> Result<()> {
+        // A move or a deletion: the ancestry of all below may change.
+        self.reshaped = true;
         db(|| {
             self.children.get(self.txn)?.remove((parent, child))?;
             Ok(())
@@ -590,6 +615,7 @@ impl WriteView for RedbWrite<'_> {
     }
 
     fn put_plan(&mut self, session_id: &str, record: &[u8]) -> Result<()> {
+        self.touched.insert(session_id.to_owned());
         db(|| {
             self.plans.get(self.txn)?.insert(session_id, record)?;
             Ok(())
@@ -597,6 +623,7 @@ impl WriteView for RedbWrite<'_> {
     }
 
     fn delete_plan(&mut self, session_id: &str) -> Result<()> {
+        self.touched.insert(session_id.to_owned());
         db(|| {
             self.plans.get(self.txn)?.remove(session_id)?;
             Ok(())

@@ -113,7 +113,7 @@ impl Writer {
                 if let Err(e) = txn.set_durability(Durability::Immediate) {
                     failure = Some(Error::Storage(e.to_string()));
                 }
-                let mut w = RedbWrite::new(&txn);
+                let mut w = RedbWrite::new(&txn, Some(self.hub.plans()));
                 for op in ops {
                     if failure.is_some() {
                         // The transaction is already lost; do not run more ops in it.
