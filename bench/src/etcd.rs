@@ -30,7 +30,7 @@ pub struct EtcdResponse {
 }
 
 pub async fn etcd_call<Req: Message + Send + Sync + 'static>(
-    channel: crate::Conn,
+    channel: crate::conn::Conn,
     path: &'static str,
     req: Req,
 ) -> Result<(), tonic::Status> {

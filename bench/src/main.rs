@@ -15,10 +15,9 @@
 use std::time::{Duration, Instant};
 
 use clap::ValueEnum;
-use tonic::metadata::{Ascii, MetadataValue};
-use tonic::service::interceptor::InterceptedService;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Endpoint;
 
+mod conn;
 mod etcd;
 
 use cairn_api as pb;
@@ -27,6 +26,7 @@ use cairn_api::watch_service_client::WatchServiceClient;
 use cairn_client::view::{micros, now_micros};
 use cairn_core::duration::parse_duration;
 use clap::Parser;
+use conn::{Conn, connect};
 use etcd::{EtcdPutRequest, EtcdRangeRequest, etcd_call};
 
 /// What to measure.
@@ -128,22 +128,6 @@ pub struct BenchArgs {
     /// watches).
     #[arg(long, env = "CAIRN_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
-}
-
-/// A connection that sends the bench's token with every call.
-pub type Conn = InterceptedService<Channel, Bearer>;
-
-/// Adds `authorization: Bearer …` when the bench has a token.
-#[derive(Debug, Clone)]
-pub struct Bearer(Option<MetadataValue<Ascii>>);
-
-impl tonic::service::Interceptor for Bearer {
-    fn call(&mut self, mut req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
-        if let Some(token) = &self.0 {
-            req.metadata_mut().insert("authorization", token.clone());
-        }
-        Ok(req)
-    }
 }
 
 /// One scenario's figures, printed as one JSON line.
@@ -272,7 +256,12 @@ async fn ready(args: &BenchArgs) -> Result<Report, BoxError> {
 
 /// Writes one plan to each of `sessions` sessions, `concurrency` at a time.
 async fn populate(args: &BenchArgs) -> Result<Report, BoxError> {
-    let channels = connect(args, args.connections.min(args.concurrency)).await?;
+    let channels = connect(
+        &args.addr,
+        args.token.as_deref(),
+        args.connections.min(args.concurrency),
+    )
+    .await?;
     let next = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let start = Instant::now();
     let mut tasks = Vec::with_capacity(args.concurrency);
@@ -305,26 +294,6 @@ async fn populate(args: &BenchArgs) -> Result<Report, BoxError> {
         all.extend(t.await??);
     }
     Ok(summarise(args, all, 0, start.elapsed().as_secs_f64()))
-}
-
-async fn connect(args: &BenchArgs, n: usize) -> Result<Vec<Conn>, BoxError> {
-    let bearer = match &args.token {
-        Some(t) => Some(
-            format!("Bearer {}", t.trim())
-                .parse()
-                .map_err(|_| "the token holds characters a header cannot carry")?,
-        ),
-        None => None,
-    };
-    let mut out = Vec::with_capacity(n);
-    for _ in 0..n.max(1) {
-        let channel = Endpoint::from_shared(args.addr.clone())?
-            .tcp_nodelay(true)
-            .connect()
-            .await?;
-        out.push(InterceptedService::new(channel, Bearer(bearer.clone())));
-    }
-    Ok(out)
 }
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -398,7 +367,12 @@ async fn one(args: &BenchArgs, channel: Conn, i: usize, round: u64) -> Result<()
 }
 
 async fn request_loop(args: &BenchArgs) -> Result<Report, BoxError> {
-    let channels = connect(args, args.connections.min(args.concurrency)).await?;
+    let channels = connect(
+        &args.addr,
+        args.token.as_deref(),
+        args.connections.min(args.concurrency),
+    )
+    .await?;
     // Reads need something to read: one write per client first (unless a
     // populated store is read).
     let seed = match args.scenario {
@@ -579,7 +553,12 @@ async fn open_watch(
 }
 
 async fn watch_fanout(args: &BenchArgs) -> Result<Report, BoxError> {
-    let connections = connect(args, (args.watchers / 100).max(1)).await?;
+    let connections = connect(
+        &args.addr,
+        args.token.as_deref(),
+        (args.watchers / 100).max(1),
+    )
+    .await?;
     let subs = setup_trees(args, connections[0].clone()).await?;
     let start = Instant::now();
     let measure_from = start + args.warmup;
@@ -666,7 +645,12 @@ async fn watch_fanout(args: &BenchArgs) -> Result<Report, BoxError> {
 
 async fn watch_memory(args: &BenchArgs) -> Result<Report, BoxError> {
     let pid = args.server_pid.ok_or("watch-memory needs --server-pid")?;
-    let connections = connect(args, (args.watchers / 100).max(1)).await?;
+    let connections = connect(
+        &args.addr,
+        args.token.as_deref(),
+        (args.watchers / 100).max(1),
+    )
+    .await?;
     let subs = setup_trees(
         &BenchArgs {
             trees: args.trees.min(args.watchers).max(1),
