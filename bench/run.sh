@@ -7,7 +7,8 @@
 #  - etcd Put/Range with cairn-bench;
 #  - UpdatePlan with 5, 50 and 200-step plans;
 #  - growth: random UpdatePlan and GetPlan over 1,000 and 1,000,000
-#    sessions, the file's bytes per session, the server's RSS, restart time;
+#    sessions, the file's bytes per session, the server's RSS, restart time
+#    (with the default caches, then with caches sized to the store);
 #  - watch fan-out to 1,000 tree watchers and to 1,000 `all` watchers,
 #    memory per idle watch stream.
 #
@@ -141,6 +142,15 @@ for n in 1000 "$GROWTH"; do
   note "{\"label\": \"restart, $n sessions\", \"scenario\": \"Restart\", \"sessions\": $n, \"seconds\": $(python3 -c "print(($ready - $start) / 1e9)"), \"server_rss_kb\": $(grep VmRSS /proc/$server_pid/status | awk '{print $2}')}"
   stop
 done
+
+# ---- growth again, with the caches sized to hold the whole store: what
+# memory buys (the server's RSS is the price, stated in the table)
+SIZED=${SIZED:-2147483648}
+start_cairn --db-cache-bytes "$SIZED" --plan-cache-bytes "$SIZED"
+bench "populate $GROWTH sessions, caches sized to the store" populate "$CAIRN" --sessions "$GROWTH"
+bench "UpdatePlan, random of $GROWTH sessions, caches sized to the store" update-plan "$CAIRN" --sessions "$GROWTH"
+bench "GetPlan, random of $GROWTH sessions, caches sized to the store" get-plan "$CAIRN" --sessions "$GROWTH"
+stop
 
 # ---- watches
 start_cairn

@@ -89,8 +89,20 @@ if upd:
     print(f"| UpdatePlan p99 < 10 ms | {ms(upd['p99_us'])} ms | {'yes' if upd['p99_us'] < 10000 else 'no'} |")
 big = max((s["sessions"] for s in sizes), default=None)
 if big:
-    ratio(f"UpdatePlan, random of {big:,} / of 1,000", f"UpdatePlan, random of {big} ", "UpdatePlan, random of 1000 ", 0.8)
-    ratio(f"GetPlan, random of {big:,} / of 1,000", f"GetPlan, random of {big} ", "GetPlan, random of 1000 ", 0.8)
+    ratio(f"UpdatePlan, random of {big:,} / of 1,000", f"UpdatePlan, random of {big} sessions", "UpdatePlan, random of 1000 ", 0.8)
+    ratio(f"GetPlan, random of {big:,} / of 1,000", f"GetPlan, random of {big} sessions", "GetPlan, random of 1000 ", 0.8)
+    ratio(
+        f"UpdatePlan, random of {big:,}, caches sized / of 1,000",
+        f"UpdatePlan, random of {big} sessions, caches",
+        "UpdatePlan, random of 1000 ",
+        0.8,
+    )
+    ratio(
+        f"GetPlan, random of {big:,}, caches sized / of 1,000",
+        f"GetPlan, random of {big} sessions, caches",
+        "GetPlan, random of 1000 ",
+        0.8,
+    )
     r = restarts.get(big)
     if r:
         print(f"| restart with {big:,} sessions < 5 s | {r['seconds']:.2f} s | {'yes' if r['seconds'] < 5 else 'no'} |")
