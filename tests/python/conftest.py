@@ -21,7 +21,8 @@ GEN = pathlib.Path(tempfile.mkdtemp(prefix="cairn-py-"))
 
 
 def _generate():
-    protos = sorted(str(p.relative_to(ROOT / "proto")) for p in (ROOT / "proto").rglob("*.proto"))
+    # Cairn's own API; proto/vendor holds etcd's, which the server speaks as a client.
+    protos = sorted(str(p.relative_to(ROOT / "proto")) for p in (ROOT / "proto" / "cairn").rglob("*.proto"))
     include = pathlib.Path(protoc.__file__).parent / "_proto"
     rc = protoc.main(
         ["protoc", f"-I{ROOT / 'proto'}", f"-I{include}", f"--python_out={GEN}", f"--grpc_python_out={GEN}"]
