@@ -103,6 +103,15 @@ pub enum AuthArg {
     Token,
 }
 
+/// Where the state lives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum BackendArg {
+    /// One redb file under the data directory (one machine).
+    Redb,
+    /// An etcd v3 cluster (several replicas, several machines).
+    Etcd,
+}
+
 /// `cairn serve` flags.
 #[derive(Debug, Clone, clap::Args)]
 pub struct ServeArgs {
@@ -208,6 +217,42 @@ pub struct ServeArgs {
     /// CA (PEM) that client certificates must chain to: mutual TLS.
     #[arg(long, env = "CAIRN_TLS_CLIENT_CA", requires = "tls_cert")]
     pub tls_client_ca: Option<PathBuf>,
+    /// Where the state lives: `redb` (one file under --data-dir) or `etcd`
+    /// (a cluster several replicas share).
+    #[arg(long, env = "CAIRN_BACKEND", value_enum, default_value_t = BackendArg::Redb)]
+    pub backend: BackendArg,
+    /// etcd members, comma-separated (`--backend etcd`).
+    #[arg(
+        long,
+        env = "CAIRN_ETCD_ENDPOINTS",
+        value_delimiter = ',',
+        default_value = "http://127.0.0.1:2379"
+    )]
+    pub etcd_endpoints: Vec<String>,
+    /// Prefix of Cairn's keys in etcd, so one cluster holds several deployments.
+    #[arg(long, env = "CAIRN_ETCD_PREFIX", default_value = "/cairn/")]
+    pub etcd_prefix: String,
+    /// Deadline of each etcd call: past it, the call fails with UNAVAILABLE.
+    #[arg(long, env = "CAIRN_ETCD_TIMEOUT", default_value = "5s", value_parser = parse_duration)]
+    pub etcd_timeout: Duration,
+    /// CA (PEM) of the etcd members' certificates (`https://` endpoints).
+    #[arg(long, env = "CAIRN_ETCD_CA_FILE")]
+    pub etcd_ca_file: Option<PathBuf>,
+    /// Client certificate (PEM) for etcd's mutual TLS.
+    #[arg(long, env = "CAIRN_ETCD_CERT_FILE", requires = "etcd_key_file")]
+    pub etcd_cert_file: Option<PathBuf>,
+    /// Its private key (PEM).
+    #[arg(long, env = "CAIRN_ETCD_KEY_FILE", requires = "etcd_cert_file")]
+    pub etcd_key_file: Option<PathBuf>,
+    /// etcd user, when the cluster has authentication on.
+    #[arg(long, env = "CAIRN_ETCD_USER", requires = "etcd_password_file")]
+    pub etcd_user: Option<String>,
+    /// File holding that user's password.
+    #[arg(long, env = "CAIRN_ETCD_PASSWORD_FILE", requires = "etcd_user")]
+    pub etcd_password_file: Option<PathBuf>,
+    /// Most operations etcd accepts in one transaction (its --max-txn-ops).
+    #[arg(long, env = "CAIRN_ETCD_MAX_TXN_OPS", default_value_t = 128)]
+    pub etcd_max_txn_ops: usize,
     /// Origins besides the listen address that may use the dashboard, e.g.
     /// `https://cairn.example.com` behind a reverse proxy (comma-separated).
     #[arg(long, env = "CAIRN_WEB_ORIGINS", value_delimiter = ',')]
@@ -224,8 +269,30 @@ impl ServeArgs {
         store.check_integrity = self.check_integrity;
         store.cache_bytes = self.db_cache_bytes;
         store.plan_cache_bytes = self.plan_cache_bytes;
+        let etcd = match self.backend {
+            BackendArg::Redb => None,
+            BackendArg::Etcd => {
+                let mut etcd = cairn_etcd::EtcdOptions::new(
+                    self.etcd_endpoints
+                        .iter()
+                        .map(|e| e.trim().to_owned())
+                        .filter(|e| !e.is_empty())
+                        .collect(),
+                );
+                etcd.prefix.clone_from(&self.etcd_prefix);
+                etcd.connection.timeout = self.etcd_timeout;
+                etcd.connection.ca_file.clone_from(&self.etcd_ca_file);
+                etcd.connection.identity_files =
+                    self.etcd_cert_file.clone().zip(self.etcd_key_file.clone());
+                etcd.connection.credentials =
+                    self.etcd_user.clone().zip(self.etcd_password_file.clone());
+                etcd.max_txn_ops = self.etcd_max_txn_ops.max(1);
+                Some(etcd)
+            }
+        };
         ServerConfig {
             store,
+            etcd,
             progress_interval: self.progress_interval,
             web_listen: self.web_listen,
             retention: Retention {

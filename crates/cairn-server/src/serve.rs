@@ -40,8 +40,10 @@ pub const DEFAULT_MAX_REQUEST_BYTES: usize = 4 * 1024 * 1024;
 /// Everything `cairn serve` needs besides the listener.
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
-    /// Where and how the store lives.
+    /// Where and how the store lives (the embedded redb engine).
     pub store: StoreOptions,
+    /// The etcd cluster to keep the state in instead; redb when unset.
+    pub etcd: Option<cairn_etcd::EtcdOptions>,
     /// The operator's rules.
     pub policy: Policy,
     /// Heartbeat of idle watch streams that ask for no interval.
@@ -73,6 +75,7 @@ impl ServerConfig {
     pub fn new(data_dir: impl Into<std::path::PathBuf>) -> Self {
         ServerConfig {
             store: StoreOptions::new(data_dir),
+            etcd: None,
             policy: Policy::default(),
             progress_interval: Duration::from_secs(10),
             retention: Retention::default(),
@@ -129,10 +132,16 @@ pub async fn serve(
     // Refuse an unsafe configuration before touching the store.
     let listen_addrs = [listener.local_addr().ok(), config.web_listen];
     check_exposure(&config, &listen_addrs)?;
-    let opts = config.store.clone();
-    let store = tokio::task::spawn_blocking(move || Store::open(&opts))
-        .await
-        .map_err(|e| cairn_core::error::Error::Internal(format!("open task: {e}")))??;
+    let store = if let Some(etcd) = &config.etcd {
+        let mut etcd = etcd.clone();
+        etcd.watch_buffer = config.store.watch_buffer;
+        cairn_etcd::open(&etcd).await?
+    } else {
+        let opts = config.store.clone();
+        tokio::task::spawn_blocking(move || Store::open(&opts))
+            .await
+            .map_err(|e| cairn_core::error::Error::Internal(format!("open task: {e}")))??
+    };
     let listen = listener
         .local_addr()
         .map_or_else(|e| format!("unknown ({e})"), |a| a.to_string());

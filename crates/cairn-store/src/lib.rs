@@ -43,5 +43,5 @@ pub mod store;
 pub use clock::now_micros;
 pub use embedded::StoreOptions;
 pub use health::Condition;
-pub use seam::{Backend, Ctx, ReadView, WriteView};
+pub use seam::{Backend, Ctx, PENDING_REVISION, ReadView, WriteView};
 pub use store::Store;

@@ -307,7 +307,7 @@ pub fn update_session(
         check_depth(limits, depth + below)?;
     }
     if s == old {
-        return Ok((old, ctx.next_revision() - 1));
+        return Ok((old, ctx.revision()));
     }
     s.update_time = ctx.now;
     s.revision = ctx.next_revision();

@@ -67,7 +67,20 @@ pub trait ReadView {
     fn hot_plan(&self, _session_id: &str) -> Result<Option<Arc<HotPlan>>> {
         Ok(None)
     }
+    /// Whether every revision is a logged mutation (revisions are dense).
+    /// An engine that shares its revision counter with other writers (etcd)
+    /// skips numbers, so a log read from `r` may start after `r`.
+    fn dense(&self) -> bool {
+        true
+    }
 }
+
+/// The revision an op's records carry while it runs in an engine that
+/// learns the revision only when the transaction commits (etcd: its own
+/// store-wide counter). The engine stores it as written and reads it back
+/// as the revision the record was committed at; the op's answer comes from
+/// running it again once that revision is known.
+pub const PENDING_REVISION: u64 = 1 << 62;
 
 /// Writes inside one transaction.
 pub trait WriteView: ReadView {
@@ -105,6 +118,8 @@ pub struct Ctx<'a> {
     /// Set by maintenance ops that write without a revision (compaction),
     /// so the batch is committed even if no mutation in it logged one.
     maintenance: bool,
+    /// The revision is learned at commit: changes carry [`PENDING_REVISION`].
+    pending: bool,
 }
 
 impl<'a> Ctx<'a> {
@@ -122,15 +137,37 @@ impl<'a> Ctx<'a> {
             revision,
             staged,
             maintenance: false,
+            pending: false,
         }
     }
 
-    /// The revision the op's changes get when it calls [`Ctx::commit`].
-    pub fn next_revision(&self) -> u64 {
-        self.revision + 1
+    /// An op's context in an engine that learns the revision at commit
+    /// (one mutation per transaction, read at snapshot `revision`): its
+    /// changes carry [`PENDING_REVISION`].
+    pub fn pending(
+        view: &'a mut dyn WriteView,
+        now: Micros,
+        revision: u64,
+        staged: &'a mut Vec<Arc<Revision>>,
+    ) -> Self {
+        Ctx {
+            pending: true,
+            ..Ctx::new(view, now, revision, staged)
+        }
     }
 
-    /// The last revision assigned in this transaction.
+    /// The revision the op's changes get when it calls [`Ctx::commit`]
+    /// ([`PENDING_REVISION`] where it is learned at commit).
+    pub fn next_revision(&self) -> u64 {
+        if self.pending {
+            PENDING_REVISION
+        } else {
+            self.revision + 1
+        }
+    }
+
+    /// The last revision assigned in this transaction (before any change:
+    /// the revision the op reads at).
     pub fn revision(&self) -> u64 {
         self.revision
     }
@@ -152,7 +189,7 @@ impl<'a> Ctx<'a> {
     /// returns that revision.
     pub fn commit(&mut self, events: Vec<Event>) -> Result<u64> {
         let rev = Arc::new(Revision {
-            revision: self.revision + 1,
+            revision: self.next_revision(),
             time: self.now,
             events,
         });

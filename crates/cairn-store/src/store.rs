@@ -77,7 +77,9 @@ impl Store {
         F: FnMut(&mut Ctx<'_>) -> Result<T> + Send + 'static,
     {
         let (tx, rx) = oneshot::channel();
-        let mut tx = Some(tx);
+        // Shared by every run of the op: an engine may run it more than
+        // once, and only the run whose finisher it calls answers.
+        let tx = Arc::new(std::sync::Mutex::new(Some(tx)));
         let job: WriteJob = Box::new(move |ctx| {
             let out = match ctx {
                 // A panic (say, a corrupt page) fails this op, and with it the
@@ -95,13 +97,17 @@ impl Store {
                 ) => Some(e.clone()),
                 _ => None,
             };
-            let tx = tx.take();
+            let tx = Arc::clone(&tx);
             let finish: Finisher = Box::new(move |commit: &Result<()>| {
                 let reply = match (commit, out) {
                     (Ok(()), out) => out,
                     (Err(e), _) => Err(e.clone()),
                 };
                 // The caller may have gone away; the mutation stands anyway.
+                let tx = tx
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .take();
                 if let Some(tx) = tx {
                     let _ = tx.send(reply);
                 }

@@ -9,11 +9,13 @@
 
 pub mod build;
 pub mod check;
+pub mod etcd;
 pub mod process;
 pub mod server;
 pub mod stream;
 
 pub use build::*;
 pub use check::*;
+pub use etcd::EtcdCluster;
 pub use process::Proc;
-pub use server::{Authed, Bearer, TestServer};
+pub use server::{Authed, Bearer, TestServer, on_etcd, rev};

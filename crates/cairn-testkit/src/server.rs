@@ -12,6 +12,8 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tonic::transport::Channel;
 
+use crate::etcd::EtcdCluster;
+
 /// A running server and the temp dir holding its database.
 pub struct TestServer {
     pub addr: SocketAddr,
@@ -19,6 +21,21 @@ pub struct TestServer {
     shutdown: Option<oneshot::Sender<()>>,
     handle: Option<JoinHandle<Result<(), ServeError>>>,
     dir: Option<tempfile::TempDir>,
+    /// The etcd cluster behind it, when the suite runs on etcd.
+    pub etcd: Option<EtcdCluster>,
+}
+
+/// Revision `n` of a fresh store, as the backend numbers it. etcd's empty
+/// store is at its own revision 1 and Cairn's revision is etcd's, so there
+/// the first mutation is revision 2; revision 0 ("nothing yet") is 0 on both.
+pub fn rev(n: u64) -> u64 {
+    if on_etcd() && n > 0 { n + 1 } else { n }
+}
+
+/// Whether this run puts test servers on etcd (`CAIRN_TEST_BACKEND=etcd`):
+/// the same suite then checks the etcd engine.
+pub fn on_etcd() -> bool {
+    std::env::var("CAIRN_TEST_BACKEND").is_ok_and(|b| b == "etcd")
 }
 
 impl TestServer {
@@ -43,7 +60,20 @@ impl TestServer {
         Self::launch(config, dir).await
     }
 
-    async fn launch(config: ServerConfig, dir: tempfile::TempDir) -> Self {
+    async fn launch(mut config: ServerConfig, dir: tempfile::TempDir) -> Self {
+        let etcd = if on_etcd() && config.etcd.is_none() {
+            let cluster = EtcdCluster::start(3).await;
+            config.etcd = Some(cairn_etcd::EtcdOptions::new(cluster.endpoints()));
+            Some(cluster)
+        } else {
+            None
+        };
+        let mut server = Self::launch_on(config, dir).await;
+        server.etcd = etcd;
+        server
+    }
+
+    async fn launch_on(config: ServerConfig, dir: tempfile::TempDir) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr");
         let (tx, rx) = oneshot::channel::<()>();
@@ -56,6 +86,7 @@ impl TestServer {
             shutdown: Some(tx),
             handle: Some(handle),
             dir: Some(dir),
+            etcd: None,
         }
     }
 
@@ -73,7 +104,10 @@ impl TestServer {
     pub async fn restart(mut self) -> Self {
         self.stop().await;
         let dir = self.dir.take().expect("dir");
-        Self::launch(self.config.clone(), dir).await
+        let etcd = self.etcd.take();
+        let mut server = Self::launch_on(self.config.clone(), dir).await;
+        server.etcd = etcd;
+        server
     }
 
     /// A connected channel; retries briefly while the listener task starts.

@@ -136,13 +136,25 @@ async fn read_chunk(
     upto: u64,
 ) -> Result<Vec<Item>> {
     let from = *next;
-    let revs = store
+    let (revs, dense) = store
         .read(move |v| {
             ensure_retained(v, from)?;
-            v.revisions_from(from, CATCH_UP_CHUNK, CATCH_UP_BYTES)
+            Ok((
+                v.revisions_from(from, CATCH_UP_CHUNK, CATCH_UP_BYTES)?,
+                v.dense(),
+            ))
         })
         .await?;
-    if revs.first().is_none_or(|r| r.revision != from) {
+    let starts_right = |r: &cairn_store::records::Revision| {
+        if dense {
+            r.revision == from
+        } else {
+            // An engine sharing its counter (etcd) skips numbers, never
+            // a logged revision.
+            r.revision >= from && r.revision <= upto
+        }
+    };
+    if !revs.first().is_some_and(starts_right) {
         // The log holds every dispatched revision it has not compacted;
         // anything else is corruption, not a gap to skip.
         return Err(Error::DataLoss {

@@ -4,7 +4,7 @@ use cairn_api as pb;
 use cairn_api::StepStatus::{Completed, InProgress, Pending};
 use tonic::Code;
 
-use cairn_testkit::{TestServer, assert_status, bad_field, five_steps, item, update};
+use cairn_testkit::{TestServer, assert_status, bad_field, five_steps, item, rev, update};
 
 #[tokio::test]
 async fn a_stored_plan_answers_like_the_seed() {
@@ -19,7 +19,7 @@ async fn a_stored_plan_answers_like_the_seed() {
     assert_eq!(resp.explanation, "Implement user authentication");
     assert!(resp.stored);
     assert_eq!(resp.hint, "");
-    assert_eq!(resp.revision, 1);
+    assert_eq!(resp.revision, rev(1));
     let ids: Vec<u32> = resp.plan.iter().map(|i| i.id).collect();
     assert_eq!(ids, vec![1, 2, 3, 4, 5]);
     assert_eq!(
@@ -42,8 +42,8 @@ async fn a_stored_plan_answers_like_the_seed() {
         .into_inner();
     let plan = got.plan.unwrap();
     assert_eq!(plan.items, resp.plan);
-    assert_eq!(plan.revision, 1);
-    assert_eq!(got.revision, 1);
+    assert_eq!(plan.revision, rev(1));
+    assert_eq!(got.revision, rev(1));
     assert_eq!(plan.status.unwrap().mode(), pb::PlanMode::Normal);
     assert!(plan.update_time.is_some());
 }
@@ -215,7 +215,7 @@ async fn statuses_skip_and_go_back_and_ids_stay_stable() {
             (6, "Add rate limiting", Pending),
         ]
     );
-    assert_eq!(resp.revision, 2);
+    assert_eq!(resp.revision, rev(2));
 }
 
 #[tokio::test]
@@ -237,7 +237,7 @@ async fn unknown_sessions_are_created_as_roots_and_empty_plans_read_as_normal() 
         .session
         .unwrap();
     assert_eq!(s.parent_session_id, "");
-    assert_eq!(s.revision, 1);
+    assert_eq!(s.revision, rev(1));
 
     sessions
         .create_session(cairn_testkit::session("empty", ""))

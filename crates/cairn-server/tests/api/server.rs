@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 use cairn_api as pb;
 use tonic::Code;
 
-use cairn_testkit::{TestServer, five_steps, session, todo, update};
+use cairn_testkit::{TestServer, five_steps, rev, session, todo, update};
 
 #[tokio::test]
 async fn health_reports_every_service() {
@@ -316,7 +316,7 @@ async fn concurrent_writes_get_distinct_gap_free_revisions() {
         }
     }
     revisions.sort_unstable();
-    assert_eq!(revisions, (1..=100).collect::<Vec<u64>>());
+    assert_eq!(revisions, (rev(1)..=rev(100)).collect::<Vec<u64>>());
 }
 
 #[tokio::test]

@@ -13,7 +13,7 @@ use tonic::transport::Channel;
 use tonic_types::StatusExt;
 
 use cairn_testkit::stream::{PATIENCE, Seen, events, history, next, seen, watch};
-use cairn_testkit::{TestServer, five_steps, session, todo, update};
+use cairn_testkit::{TestServer, five_steps, rev, session, todo, update};
 
 async fn plan_done(
     plans: &mut pb::plan_service_client::PlanServiceClient<Channel>,
@@ -67,8 +67,8 @@ async fn an_orchestrator_follows_its_tree_exactly() {
             Kind::Progress(p) => panic!("progress before synced: {p:?}"),
         }
     };
-    assert_eq!(synced, 4);
-    let s = |r: u64, t: EventType, id: &str| (r, t, id.to_string(), format!("agent-{id}"));
+    assert_eq!(synced, rev(4));
+    let s = |r: u64, t: EventType, id: &str| (rev(r), t, id.to_string(), format!("agent-{id}"));
     assert_eq!(
         initial,
         vec![
@@ -162,7 +162,7 @@ async fn events_carry_ancestry_and_revision_boundaries() {
         })
         .await
         .unwrap();
-    let all = history(&mut client, 4).await;
+    let all = history(&mut client, rev(4)).await;
     assert_eq!(all[2].ancestor_session_ids, vec!["r", "c"]);
     assert_eq!(all[2].parent_session_id, "c");
     let deletes: Vec<(u32, u32, Vec<String>)> = all[3..]
@@ -207,13 +207,13 @@ async fn resume_after_disconnect_and_after_restart() {
     // s0..s1 are revisions 1-2, each with two events (created + plan).
     assert_eq!(
         first.iter().map(|e| e.0).collect::<Vec<_>>(),
-        vec![1, 1, 2, 2]
+        [1, 1, 2, 2].map(rev)
     );
-    let mut stream = watch(&mut client, Target::All(true), Some(3), false).await;
+    let mut stream = watch(&mut client, Target::All(true), Some(rev(3)), false).await;
     let rest: Vec<Seen> = events(&mut stream, 8).await.iter().map(seen).collect();
     assert_eq!(
         rest.iter().map(|e| e.0).collect::<Vec<_>>(),
-        vec![3, 3, 4, 4, 5, 5, 6, 6]
+        [3, 3, 4, 4, 5, 5, 6, 6].map(rev)
     );
     drop(stream);
 
@@ -225,15 +225,15 @@ async fn resume_after_disconnect_and_after_restart() {
     let mut plans = server.plans().await;
     let mut client = WatchServiceClient::new(server.channel().await);
     plans.update_plan(update("s0", five_steps())).await.unwrap(); // 7
-    let mut stream = watch(&mut client, Target::All(true), Some(7), false).await;
+    let mut stream = watch(&mut client, Target::All(true), Some(rev(7)), false).await;
     let after: Vec<Seen> = events(&mut stream, 1).await.iter().map(seen).collect();
     assert_eq!(
         after,
-        vec![(7, EventType::PlanUpdated, "s0".into(), String::new())]
+        vec![(rev(7), EventType::PlanUpdated, "s0".into(), String::new())]
     );
     plans.update_plan(update("s1", five_steps())).await.unwrap(); // 8, live
     let live: Vec<Seen> = events(&mut stream, 1).await.iter().map(seen).collect();
-    assert_eq!(live[0].0, 8);
+    assert_eq!(live[0].0, rev(8));
 }
 
 #[tokio::test]
@@ -317,18 +317,18 @@ async fn idle_streams_get_progress_heartbeats() {
     assert!(matches!(next(&mut stream).await, Kind::Event(_)));
     assert_eq!(
         next(&mut stream).await,
-        Kind::Synced(pb::Synced { revision: 2 })
+        Kind::Synced(pb::Synced { revision: rev(2) })
     );
     assert_eq!(
         next(&mut stream).await,
-        Kind::Progress(pb::Progress { revision: 2 })
+        Kind::Progress(pb::Progress { revision: rev(2) })
     );
     // A change to another session moves the heartbeat's revision on.
     plans.update_plan(update("b", five_steps())).await.unwrap();
     loop {
         match next(&mut stream).await {
-            Kind::Progress(p) if p.revision == 3 => break,
-            Kind::Progress(p) => assert_eq!(p.revision, 2),
+            Kind::Progress(p) if p.revision == rev(3) => break,
+            Kind::Progress(p) => assert_eq!(p.revision, rev(2)),
             other => panic!("unexpected {other:?}"),
         }
     }
@@ -377,14 +377,14 @@ async fn a_slow_watcher_catches_up_from_the_log() {
         t.await.unwrap();
     }
     let mut revisions = Vec::new();
-    while revisions.last().is_none_or(|r| *r < 300) {
+    while revisions.last().is_none_or(|r| *r < rev(300)) {
         if let Kind::Event(e) = next(&mut stream).await
             && e.index_in_revision + 1 == e.events_in_revision
         {
             revisions.push(e.revision);
         }
     }
-    assert_eq!(revisions, (1..=300).collect::<Vec<u64>>());
+    assert_eq!(revisions, (rev(1)..=rev(300)).collect::<Vec<u64>>());
     // The writer was never blocked by it: every write was acknowledged
     // before the watcher read anything.
     plans.update_plan(update("s0", five_steps())).await.unwrap();
@@ -418,8 +418,8 @@ async fn agent_watch_follows_todos() {
     assert_eq!(
         got,
         vec![
-            (2, EventType::TodosUpdated, String::new(), "a1".into()),
-            (3, EventType::TodosCleared, String::new(), "a1".into()),
+            (rev(2), EventType::TodosUpdated, String::new(), "a1".into()),
+            (rev(3), EventType::TodosCleared, String::new(), "a1".into()),
         ]
     );
 }
@@ -583,7 +583,7 @@ async fn hostile_intervals_and_future_revisions_are_answered() {
     let err = client
         .watch(pb::WatchRequest {
             target: Some(Target::All(true)),
-            start_revision: Some(3),
+            start_revision: Some(rev(3)),
             ..Default::default()
         })
         .await
@@ -591,13 +591,13 @@ async fn hostile_intervals_and_future_revisions_are_answered() {
     assert_eq!(err.code(), Code::OutOfRange, "{err:?}");
     let info = err.get_details_error_info().unwrap();
     assert_eq!(info.reason, "REVISION_NOT_YET");
-    assert_eq!(info.metadata["next_revision"], "2");
+    assert_eq!(info.metadata["next_revision"], rev(2).to_string());
 
     // From the next revision: heartbeats claim only what exists.
     let mut stream = client
         .watch(pb::WatchRequest {
             target: Some(Target::All(true)),
-            start_revision: Some(2),
+            start_revision: Some(rev(2)),
             progress_interval: Some(prost_types::Duration {
                 seconds: 0,
                 nanos: 20_000_000,
@@ -610,17 +610,17 @@ async fn hostile_intervals_and_future_revisions_are_answered() {
     for _ in 0..3 {
         assert_eq!(
             next(&mut stream).await,
-            Kind::Progress(pb::Progress { revision: 1 })
+            Kind::Progress(pb::Progress { revision: rev(1) })
         );
     }
     plans.update_plan(update("a", five_steps())).await.unwrap();
     loop {
         match next(&mut stream).await {
             Kind::Event(e) => {
-                assert_eq!(e.revision, 2);
+                assert_eq!(e.revision, rev(2));
                 break;
             }
-            Kind::Progress(p) => assert_eq!(p.revision, 1),
+            Kind::Progress(p) => assert_eq!(p.revision, rev(1)),
             Kind::Synced(s) => panic!("unexpected {s:?}"),
         }
     }

@@ -1,0 +1,301 @@
+//! The few etcd calls the engine makes, each with a deadline, and what
+//! their failures mean to Cairn.
+//!
+//! Every call carries the operator's timeout: a cluster without quorum
+//! answers with `UNAVAILABLE` within that time instead of hanging the
+//! caller. Reads are linearizable (the first read of a job learns the
+//! revision; later reads are pinned to it), so any replica answers what
+//! any other has acknowledged.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use cairn_core::error::{Error, Result};
+use tonic::metadata::{Ascii, MetadataValue};
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
+
+use crate::pb::etcdserverpb::{
+    AuthenticateRequest, CompactionRequest, RangeRequest, RangeResponse, TxnRequest, TxnResponse,
+    auth_client::AuthClient, kv_client::KvClient, watch_client::WatchClient,
+};
+
+/// How to reach the cluster.
+#[derive(Debug, Clone)]
+pub struct Connection {
+    /// `http://host:port` or `https://host:port`, one per member.
+    pub endpoints: Vec<String>,
+    /// Deadline of every call.
+    pub timeout: Duration,
+    /// CA certificate (PEM file) that signed the members' certificates.
+    pub ca_file: Option<PathBuf>,
+    /// Client certificate and key (PEM files), when the cluster asks for them.
+    pub identity_files: Option<(PathBuf, PathBuf)>,
+    /// User name and a file holding the password, when etcd's
+    /// authentication is on (never the password itself on a command line).
+    pub credentials: Option<(String, PathBuf)>,
+}
+
+fn read_file(what: &str, path: &Path) -> Result<Vec<u8>> {
+    std::fs::read(path)
+        .map_err(|e| Error::Unavailable(format!("etcd {what} {}: {e}", path.display())))
+}
+
+/// Adds etcd's auth token (the `token` metadata) when there is one.
+#[derive(Debug, Clone, Default)]
+pub struct TokenSlot(Arc<RwLock<Option<MetadataValue<Ascii>>>>);
+
+impl tonic::service::Interceptor for TokenSlot {
+    fn call(
+        &mut self,
+        mut req: tonic::Request<()>,
+    ) -> std::result::Result<tonic::Request<()>, tonic::Status> {
+        let token = self
+            .0
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        if let Some(t) = token {
+            req.metadata_mut().insert("token", t);
+        }
+        Ok(req)
+    }
+}
+
+type Svc = InterceptedService<Channel, TokenSlot>;
+
+/// A cheap, cloneable handle on the cluster.
+#[derive(Clone)]
+pub struct Client {
+    kv: KvClient<Svc>,
+    watch: WatchClient<Svc>,
+    auth: AuthClient<Channel>,
+    token: TokenSlot,
+    credentials: Option<(String, String)>,
+    timeout: Duration,
+    describe: String,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("endpoints", &self.describe)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Client {
+    /// Connects lazily: a member that is down now is tried again later.
+    pub fn new(c: &Connection) -> Result<Self> {
+        if c.endpoints.is_empty() {
+            return Err(Error::Unavailable("no etcd endpoints given".into()));
+        }
+        let ca = c
+            .ca_file
+            .as_deref()
+            .map(|p| read_file("CA file", p))
+            .transpose()?;
+        let identity = match &c.identity_files {
+            Some((cert, key)) => Some((
+                read_file("certificate file", cert)?,
+                read_file("key file", key)?,
+            )),
+            None => None,
+        };
+        let credentials = match &c.credentials {
+            Some((user, file)) => {
+                let password =
+                    String::from_utf8(read_file("password file", file)?).map_err(|_| {
+                        Error::Unavailable("the etcd password file is not UTF-8".into())
+                    })?;
+                Some((
+                    user.clone(),
+                    password.trim_end_matches(['\r', '\n']).to_owned(),
+                ))
+            }
+            None => None,
+        };
+        let mut endpoints = Vec::with_capacity(c.endpoints.len());
+        for url in &c.endpoints {
+            let mut e = Endpoint::from_shared(url.clone())
+                .map_err(|e| Error::Unavailable(format!("etcd endpoint {url:?}: {e}")))?
+                .connect_timeout(c.timeout.min(Duration::from_secs(2)))
+                .tcp_nodelay(true)
+                .http2_keep_alive_interval(Duration::from_secs(5))
+                .keep_alive_timeout(c.timeout)
+                .keep_alive_while_idle(true);
+            if url.starts_with("https://") {
+                let mut tls = ClientTlsConfig::new();
+                if let Some(ca) = &ca {
+                    tls = tls.ca_certificate(Certificate::from_pem(ca));
+                } else {
+                    tls = tls.with_enabled_roots();
+                }
+                if let Some((cert, key)) = &identity {
+                    tls = tls.identity(Identity::from_pem(cert, key));
+                }
+                e = e
+                    .tls_config(tls)
+                    .map_err(|e| Error::Unavailable(format!("etcd TLS for {url}: {e}")))?;
+            }
+            endpoints.push(e);
+        }
+        let channel = Channel::balance_list(endpoints.into_iter());
+        let token = TokenSlot::default();
+        Ok(Client {
+            kv: KvClient::with_interceptor(channel.clone(), token.clone()),
+            watch: WatchClient::with_interceptor(channel.clone(), token.clone()),
+            auth: AuthClient::new(channel),
+            token,
+            credentials,
+            timeout: c.timeout,
+            describe: format!("etcd {}", c.endpoints.join(",")),
+        })
+    }
+
+    /// The endpoints, for logs and messages.
+    pub fn describe(&self) -> &str {
+        &self.describe
+    }
+
+    /// The deadline of every call.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// Gets a token for the configured user (etcd's simple tokens expire,
+    /// so this runs again whenever etcd says the token is invalid).
+    pub async fn authenticate(&self) -> Result<()> {
+        let Some((name, password)) = &self.credentials else {
+            return Ok(());
+        };
+        let mut auth = self.auth.clone();
+        let reply = tokio::time::timeout(
+            self.timeout,
+            auth.authenticate(AuthenticateRequest {
+                name: name.clone(),
+                password: password.clone(),
+            }),
+        )
+        .await
+        .map_err(|_| self.late("authenticate"))?
+        .map_err(|s| self.failed("authenticate", &s))?
+        .into_inner();
+        let value: MetadataValue<Ascii> = reply
+            .token
+            .parse()
+            .map_err(|_| Error::Unavailable("etcd returned an unusable auth token".into()))?;
+        *self
+            .token
+            .0
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(value);
+        Ok(())
+    }
+
+    /// A linearizable range read (at `revision` when not 0).
+    pub async fn range(&self, req: RangeRequest) -> Result<RangeResponse> {
+        let mut retried_auth = false;
+        loop {
+            let mut kv = self.kv.clone();
+            let out = tokio::time::timeout(self.timeout, kv.range(req.clone()))
+                .await
+                .map_err(|_| self.late("range"))?;
+            match out {
+                Ok(r) => return Ok(r.into_inner()),
+                Err(s) if !retried_auth && self.token_expired(&s) => {
+                    retried_auth = true;
+                    self.authenticate().await?;
+                }
+                Err(s) => return Err(self.failed("range", &s)),
+            }
+        }
+    }
+
+    /// A transaction. A timeout or a broken connection leaves its outcome
+    /// unknown, which the caller is told rather than a retry risked.
+    pub async fn txn(&self, req: TxnRequest) -> Result<TxnResponse> {
+        let mut retried_auth = false;
+        loop {
+            let mut kv = self.kv.clone();
+            let out = tokio::time::timeout(self.timeout, kv.txn(req.clone()))
+                .await
+                .map_err(|_| {
+                    Error::Unavailable(format!(
+                        "{} did not confirm the commit within {:?}: it may or may not have been applied; read before retrying",
+                        self.describe, self.timeout
+                    ))
+                })?;
+            match out {
+                Ok(r) => return Ok(r.into_inner()),
+                Err(s) if !retried_auth && self.token_expired(&s) => {
+                    retried_auth = true;
+                    self.authenticate().await?;
+                }
+                Err(s) if s.message().contains("too many operations in txn request") => {
+                    return Err(Error::LimitExceeded {
+                        field: "mutation".into(),
+                        what: "etcd operations in one transaction",
+                        limit: 128,
+                        actual: req.success.len().max(req.compare.len()),
+                    });
+                }
+                Err(s) if s.message().contains("request is too large") => {
+                    return Err(Error::LimitExceeded {
+                        field: "mutation".into(),
+                        what: "bytes in one etcd transaction",
+                        limit: 1_572_864,
+                        actual: prost::Message::encoded_len(&req),
+                    });
+                }
+                Err(s) => return Err(self.failed("commit", &s)),
+            }
+        }
+    }
+
+    /// Compacts etcd's history before `revision` (every key's).
+    pub async fn compact(&self, revision: i64) -> Result<()> {
+        let mut kv = self.kv.clone();
+        tokio::time::timeout(
+            self.timeout,
+            kv.compact(CompactionRequest {
+                revision,
+                physical: false,
+            }),
+        )
+        .await
+        .map_err(|_| self.late("compact"))?
+        .map_err(|s| self.failed("compact", &s))?;
+        Ok(())
+    }
+
+    /// The watch service, for the engine's one log watch and catch-up reads.
+    pub fn watch_client(&self) -> WatchClient<Svc> {
+        self.watch.clone()
+    }
+
+    fn token_expired(&self, s: &tonic::Status) -> bool {
+        self.credentials.is_some()
+            && (s.message().contains("invalid auth token")
+                || s.message().contains("user name is empty"))
+    }
+
+    fn late(&self, what: &str) -> Error {
+        Error::Unavailable(format!(
+            "{} did not answer a {what} within {:?}",
+            self.describe, self.timeout
+        ))
+    }
+
+    /// What an etcd error means to Cairn's callers.
+    pub fn failed(&self, what: &str, s: &tonic::Status) -> Error {
+        if s.message().contains("required revision has been compacted") {
+            return Error::Unavailable(format!(
+                "{}: {what}: the revision read was compacted meanwhile; retry",
+                self.describe
+            ));
+        }
+        Error::Unavailable(format!("{}: {what}: {}", self.describe, s.message()))
+    }
+}

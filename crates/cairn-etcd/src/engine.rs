@@ -1,0 +1,334 @@
+//! The etcd engine behind the store's [`Backend`] seam.
+//!
+//! A write is one etcd transaction for one mutation, so a mutation's
+//! revision is the transaction's. Mutations from any number of replicas
+//! run concurrently; each transaction compares what its mutation read, so
+//! two that touch the same objects can never both win: the loser runs
+//! again on the new state (and then, say, fails its `expected_revision`).
+//! A write is answered only once etcd has committed it (to a quorum's
+//! disks), and with an error — never a guess — when etcd cannot say.
+
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::PoisonError;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use cairn_core::Micros;
+use cairn_core::error::{Error, Result};
+use cairn_store::health::{Condition, Health, guard};
+use cairn_store::hub::Hub;
+use cairn_store::seam::{BoxFuture, ReadJob, WriteJob};
+use cairn_store::{Backend, Ctx, Store, now_micros};
+use tokio::runtime::Handle;
+use tokio::sync::{Notify, Semaphore, watch};
+use tokio::task::JoinHandle;
+
+use crate::client::{Client, Connection};
+use crate::keys::Keys;
+use crate::pb::etcdserverpb::RangeRequest;
+use crate::view::View;
+use cairn_store::ReadView;
+
+/// How the etcd engine is set up.
+#[derive(Debug, Clone)]
+pub struct EtcdOptions {
+    pub connection: Connection,
+    /// Prefix of every key, so that one etcd holds several deployments.
+    pub prefix: String,
+    /// Committed revisions buffered per live watcher before it must catch
+    /// up from the log.
+    pub watch_buffer: usize,
+    /// Most operations etcd accepts in one transaction (its
+    /// `--max-txn-ops`, 128 by default).
+    pub max_txn_ops: usize,
+    /// Mutations in flight at once (each holds a blocking thread while it
+    /// waits for etcd); more wait.
+    pub max_in_flight: usize,
+    /// Times a mutation runs again after losing a race before it fails.
+    pub max_attempts: u32,
+}
+
+impl EtcdOptions {
+    pub fn new(endpoints: Vec<String>) -> Self {
+        EtcdOptions {
+            connection: Connection {
+                endpoints,
+                timeout: Duration::from_secs(5),
+                ca_file: None,
+                identity_files: None,
+                credentials: None,
+            },
+            prefix: "/cairn/".into(),
+            watch_buffer: 128,
+            max_txn_ops: 128,
+            max_in_flight: 256,
+            max_attempts: 64,
+        }
+    }
+}
+
+/// What the engine's parts share.
+pub struct Inner {
+    pub(crate) client: Client,
+    pub(crate) keys: Keys,
+    pub(crate) hub: Arc<Hub>,
+    pub(crate) health: Health,
+    rt: Handle,
+    revision: AtomicU64,
+    closed: AtomicBool,
+    close_signal: Notify,
+    writes: Arc<Semaphore>,
+    last_now: Mutex<Micros>,
+    opts: EtcdOptions,
+}
+
+impl Inner {
+    pub(crate) fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
+    /// Completes once the engine closes.
+    pub(crate) async fn closed(&self) {
+        let notified = self.close_signal.notified();
+        if self.is_closed() {
+            return;
+        }
+        notified.await;
+    }
+
+    /// Notes a revision known to be committed.
+    pub(crate) fn observed(&self, revision: u64) {
+        self.revision.fetch_max(revision, Ordering::AcqRel);
+    }
+
+    fn now(&self) -> Micros {
+        let mut last = self.last_now.lock().unwrap_or_else(PoisonError::into_inner);
+        *last = now_micros().max(*last);
+        *last
+    }
+}
+
+/// The etcd engine.
+pub struct Etcd {
+    inner: Arc<Inner>,
+    follower: Mutex<Option<JoinHandle<()>>>,
+}
+
+/// Connects to the cluster, starts following its log, and returns the
+/// store over it. Fails if no member answers within the timeout.
+pub async fn open(opts: &EtcdOptions) -> Result<Store> {
+    if !opts.prefix.ends_with('/') {
+        return Err(Error::InvalidField {
+            field: "etcd_prefix".into(),
+            description: format!("{:?} must end with '/'", opts.prefix),
+        });
+    }
+    let client = Client::new(&opts.connection)?;
+    client.authenticate().await?;
+    let keys = Keys::new(&opts.prefix);
+    let head = client
+        .range(RangeRequest {
+            key: keys.log(),
+            keys_only: true,
+            ..RangeRequest::default()
+        })
+        .await?;
+    // Dispatched so far: the last logged revision (0 on an empty
+    // deployment); the log watch starts right after it.
+    let start = head.kvs.first().map_or(0, |kv| kv.mod_revision);
+    let start_u = u64::try_from(start).unwrap_or(0);
+    // No hot plans: a replica's memory may lag other replicas' writes, and
+    // reads must be linearizable.
+    let hub = Arc::new(Hub::new(start_u, opts.watch_buffer, 0));
+    let inner = Arc::new(Inner {
+        health: Health::new(client.describe().to_owned()),
+        client,
+        keys,
+        hub: Arc::clone(&hub),
+        rt: Handle::current(),
+        revision: AtomicU64::new(start_u),
+        closed: AtomicBool::new(false),
+        close_signal: Notify::new(),
+        writes: Arc::new(Semaphore::new(opts.max_in_flight.max(1))),
+        last_now: Mutex::new(0),
+        opts: opts.clone(),
+    });
+    let follower = tokio::spawn(crate::follow::follow(Arc::clone(&inner), start + 1));
+    tracing::info!(endpoints = %inner.client.describe(), prefix = %opts.prefix, revision = start, "etcd store open");
+    let engine = Etcd {
+        inner,
+        follower: Mutex::new(Some(follower)),
+    };
+    Ok(Store::new(Arc::new(engine), hub))
+}
+
+/// Runs one write job to its end: committed and answered, failed and
+/// answered, or retried after losing a race.
+fn run_write(inner: &Inner, mut job: WriteJob) {
+    let now = inner.now();
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let mut view = View::writer(inner.client.clone(), inner.keys.clone(), inner.rt.clone());
+        let mut staged = Vec::new();
+        let snapshot = match view.revision() {
+            Ok(s) => s,
+            Err(e) => {
+                let (finish, _) = job(None);
+                finish(&Err(e));
+                return;
+            }
+        };
+        let (finish, poisoned) = {
+            let mut ctx = Ctx::pending(&mut view, now, snapshot, &mut staged);
+            job(Some(&mut ctx))
+        };
+        if let Some(e) = poisoned {
+            finish(&Err(e));
+            return;
+        }
+        if !view.has_changes() {
+            // Refused before writing, or nothing to change: answered as is.
+            finish(&Ok(()));
+            return;
+        }
+        let committed = view
+            .transaction(inner.opts.max_txn_ops)
+            .and_then(|txn| inner.rt.block_on(inner.client.txn(txn)));
+        let resp = match committed {
+            Ok(resp) => resp,
+            Err(e) => {
+                finish(&Err(e));
+                return;
+            }
+        };
+        if !resp.succeeded {
+            // Something it read changed: run it again on the new state.
+            drop(finish);
+            if attempt >= inner.opts.max_attempts {
+                let (finish, _) = job(None);
+                finish(&Err(Error::Unavailable(format!(
+                    "gave up after {attempt} attempts: other writers kept changing what this mutation reads"
+                ))));
+                return;
+            }
+            std::thread::sleep(Duration::from_micros(
+                200 * u64::from(attempt.min(20)) + fastrand_micros(),
+            ));
+            continue;
+        }
+        drop(finish);
+        let revision = resp
+            .header
+            .as_ref()
+            .map_or(0, |h| u64::try_from(h.revision).unwrap_or(0));
+        if view.logged() {
+            inner.observed(revision);
+        }
+        let compact_to = view.compact_to();
+        // The answer: the same mutation on the same snapshot, now knowing
+        // its revision (its changes are dropped; they are committed).
+        let replay = view.replay();
+        let mut staged = Vec::new();
+        let (finish, _) = {
+            let mut ctx = Ctx::new(replay, now, revision.saturating_sub(1), &mut staged);
+            job(Some(&mut ctx))
+        };
+        finish(&Ok(()));
+        if let Some(upto) = compact_to {
+            // etcd keeps revision upto + 1 and everything after it.
+            let to = i64::try_from(upto + 1).unwrap_or(i64::MAX);
+            if let Err(e) = inner.rt.block_on(inner.client.compact(to)) {
+                tracing::warn!(error = %e, "etcd compaction failed; the next one retries");
+            }
+        }
+        return;
+    }
+}
+
+/// A little jitter, so racing replicas do not retry in lockstep.
+fn fastrand_micros() -> u64 {
+    u64::from(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos())
+            % 500,
+    )
+}
+
+impl Backend for Etcd {
+    fn read(&self, job: ReadJob) -> Result<()> {
+        if self.inner.is_closed() {
+            return Err(Error::ShuttingDown);
+        }
+        let inner = Arc::clone(&self.inner);
+        self.inner.rt.spawn_blocking(move || {
+            let view = View::reader(inner.client.clone(), inner.keys.clone(), inner.rt.clone());
+            job(&view);
+        });
+        Ok(())
+    }
+
+    fn write(&self, job: WriteJob, _bytes: usize) -> BoxFuture<'_, Result<()>> {
+        Box::pin(async move {
+            if self.inner.is_closed() {
+                return Err(Error::ShuttingDown);
+            }
+            let permit = Arc::clone(&self.inner.writes)
+                .acquire_owned()
+                .await
+                .map_err(|_| Error::ShuttingDown)?;
+            let inner = Arc::clone(&self.inner);
+            let done = tokio::task::spawn_blocking(move || {
+                let _permit = permit;
+                // A panic is the job's own (caught inside it); this guards
+                // the engine's code around it.
+                let _ = guard(|| {
+                    run_write(&inner, job);
+                    Ok(())
+                });
+            });
+            done.await
+                .map_err(|e| Error::Internal(format!("write task: {e}")))
+        })
+    }
+
+    fn revision(&self) -> u64 {
+        self.inner.revision.load(Ordering::Acquire)
+    }
+
+    fn condition(&self) -> watch::Receiver<Condition> {
+        self.inner.health.subscribe()
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "{} (prefix {})",
+            self.inner.client.describe(),
+            self.inner.opts.prefix
+        )
+    }
+
+    fn observe(&self, e: Error) -> Error {
+        self.inner.health.observe(e)
+    }
+
+    fn close(&self) -> BoxFuture<'_, ()> {
+        Box::pin(async move {
+            self.inner.closed.store(true, Ordering::Release);
+            self.inner.close_signal.notify_waiters();
+            // Writes already running finish and are answered.
+            let all = u32::try_from(self.inner.opts.max_in_flight.max(1)).unwrap_or(u32::MAX);
+            let _drained = self.inner.writes.acquire_many(all).await;
+            let follower = self
+                .follower
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .take();
+            if let Some(f) = follower {
+                let _ = f.await;
+            }
+        })
+    }
+}

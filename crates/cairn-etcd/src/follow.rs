@@ -1,0 +1,205 @@
+//! Following the log: each replica runs ONE etcd watch on the log key from
+//! the last revision it dispatched, and hands every version (a committed
+//! Cairn revision, stamped with etcd's revision) to its watch hub — what
+//! the embedded writer does after each commit. Catch-up reads for slow
+//! watchers use a short-lived watch from a past revision the same way.
+//!
+//! The watch asks for a leader (`hasleader`), so a member cut off from its
+//! cluster cancels it instead of serving a stale feed, and the replica
+//! reconnects to a member that has one.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use cairn_core::error::{Error, Result};
+use cairn_store::health::Condition;
+use cairn_store::records::Revision;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+
+use crate::client::Client;
+use crate::engine::Inner;
+use crate::pb::etcdserverpb::{WatchCreateRequest, WatchRequest, WatchResponse, watch_request};
+use crate::pb::mvccpb::event::EventType;
+use crate::view::logged;
+
+/// Opens a watch on `key` from `start`; the returned sender keeps the
+/// request side open (etcd ends a watch whose client closes it).
+async fn open_watch(
+    client: &Client,
+    key: Vec<u8>,
+    start: i64,
+) -> Result<(mpsc::Sender<WatchRequest>, tonic::Streaming<WatchResponse>)> {
+    let (tx, rx) = mpsc::channel(1);
+    let create = WatchRequest {
+        request_union: Some(watch_request::RequestUnion::CreateRequest(
+            WatchCreateRequest {
+                key,
+                start_revision: start,
+                ..WatchCreateRequest::default()
+            },
+        )),
+    };
+    tx.send(create)
+        .await
+        .map_err(|_| Error::Unavailable("etcd watch: request stream closed".into()))?;
+    let mut req = tonic::Request::new(ReceiverStream::new(rx));
+    req.metadata_mut().insert(
+        "hasleader",
+        tonic::metadata::MetadataValue::from_static("true"),
+    );
+    let mut watch = client.watch_client();
+    let stream = tokio::time::timeout(client.timeout(), watch.watch(req))
+        .await
+        .map_err(|_| {
+            Error::Unavailable(format!(
+                "{} did not open a watch within {:?}",
+                client.describe(),
+                client.timeout()
+            ))
+        })?
+        .map_err(|s| client.failed("watch", &s))?
+        .into_inner();
+    Ok((tx, stream))
+}
+
+/// The next message of a watch, within the client's deadline when `bounded`.
+async fn next_message(
+    client: &Client,
+    stream: &mut tonic::Streaming<WatchResponse>,
+    bounded: bool,
+) -> Result<WatchResponse> {
+    let next = stream.message();
+    let msg = if bounded {
+        tokio::time::timeout(client.timeout(), next)
+            .await
+            .map_err(|_| {
+                Error::Unavailable(format!(
+                    "{} sent no history within {:?}",
+                    client.describe(),
+                    client.timeout()
+                ))
+            })?
+    } else {
+        next.await
+    };
+    msg.map_err(|s| client.failed("watch", &s))?
+        .ok_or_else(|| Error::Unavailable(format!("{}: the watch ended", client.describe())))
+}
+
+/// Versions of the log key from `from` through `upto` (etcd revisions),
+/// at most `limit` and about `max_bytes` (always one).
+pub async fn history(
+    client: &Client,
+    key: Vec<u8>,
+    from: i64,
+    upto: i64,
+    limit: usize,
+    max_bytes: usize,
+    current: u64,
+) -> Result<Vec<Revision>> {
+    let (_keep, mut stream) = open_watch(client, key, from).await?;
+    let mut out = Vec::new();
+    let mut bytes = 0;
+    loop {
+        let msg = next_message(client, &mut stream, true).await?;
+        if msg.compact_revision > 0 {
+            return Err(Error::RevisionCompacted {
+                requested: u64::try_from(from).unwrap_or(0),
+                compact_revision: u64::try_from(msg.compact_revision - 1).unwrap_or(0),
+                current_revision: current,
+            });
+        }
+        if msg.canceled {
+            return Err(Error::Unavailable(format!(
+                "{}: watch canceled: {}",
+                client.describe(),
+                msg.cancel_reason
+            )));
+        }
+        for ev in msg.events {
+            let Some(kv) = ev.kv else { continue };
+            if ev.r#type != EventType::Put as i32 || kv.mod_revision > upto {
+                continue;
+            }
+            let (r, size) = logged(&kv)?;
+            bytes += size;
+            let done = kv.mod_revision >= upto;
+            out.push(r);
+            if done || out.len() >= limit || bytes >= max_bytes {
+                return Ok(out);
+            }
+        }
+    }
+}
+
+/// Feeds the hub from `next` on, reconnecting until the engine closes.
+pub async fn follow(inner: Arc<Inner>, mut next: i64) {
+    let mut pause = Duration::from_millis(50);
+    loop {
+        if inner.is_closed() {
+            return;
+        }
+        match follow_once(&inner, &mut next).await {
+            Ok(()) => return,
+            Err(e) => {
+                if inner.is_closed() {
+                    return;
+                }
+                tracing::warn!(error = %e, next, "etcd log watch broken; reconnecting");
+                inner.health.set(Condition::Recovering);
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_secs(2));
+            }
+        }
+    }
+}
+
+async fn follow_once(inner: &Inner, next: &mut i64) -> Result<()> {
+    let (_keep, mut stream) = open_watch(&inner.client, inner.keys.log(), *next).await?;
+    loop {
+        let msg = tokio::select! {
+            m = next_message(&inner.client, &mut stream, false) => m?,
+            () = inner.closed() => return Ok(()),
+        };
+        if msg.compact_revision > 0 {
+            // Revisions this replica never dispatched are gone: its
+            // watchers cannot be told what they missed. Say so loudly and
+            // go on from what etcd still holds.
+            tracing::error!(
+                next = *next,
+                compact_revision = msg.compact_revision,
+                "etcd compacted revisions this replica had not dispatched yet"
+            );
+            *next = msg.compact_revision;
+            return Err(Error::Unavailable("log compacted under the watch".into()));
+        }
+        if msg.canceled {
+            return Err(Error::Unavailable(format!(
+                "watch canceled: {}",
+                msg.cancel_reason
+            )));
+        }
+        if msg.created {
+            inner.health.set(Condition::Serving);
+        }
+        let mut revisions = Vec::with_capacity(msg.events.len());
+        for ev in msg.events {
+            let Some(kv) = ev.kv else { continue };
+            if ev.r#type != EventType::Put as i32 {
+                continue;
+            }
+            match logged(&kv) {
+                Ok((r, _)) => revisions.push(Arc::new(r)),
+                Err(e) => {
+                    tracing::error!(revision = kv.mod_revision, error = %e, "a logged revision does not decode; skipped");
+                }
+            }
+            *next = kv.mod_revision + 1;
+        }
+        if let Some(last) = revisions.last() {
+            inner.observed(last.revision);
+            inner.hub.dispatch(&revisions);
+        }
+    }
+}

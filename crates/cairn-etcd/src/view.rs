@@ -1,0 +1,670 @@
+//! The store's views over etcd: reads pinned to one etcd revision, and a
+//! write that buffers its changes and remembers what it read, so that its
+//! commit is one etcd transaction comparing every key and range it read.
+//!
+//! The views are synchronous (the mutations in `cairn-store` are plain
+//! functions); they run on blocking threads and wait for etcd there.
+//!
+//! Records written by a mutation carry [`PENDING_REVISION`] (the revision
+//! is etcd's, known only at commit). Reading a record turns that marker
+//! into the key's `mod_revision`, which is exactly the commit's revision:
+//! a record is stored only by the transaction that stamps it.
+
+use std::cell::{Cell, RefCell};
+use std::collections::{BTreeMap, HashMap};
+
+use cairn_core::error::{Error, Result};
+use cairn_core::plan_mode::HistoryEntry;
+use cairn_core::session::Session;
+use cairn_store::codec;
+use cairn_store::records::{
+    Event, EventObject, PlanRecord, PrincipalRecord, Revision, SessionPage, TodoRecord,
+};
+use cairn_store::{PENDING_REVISION, ReadView, WriteView};
+use serde::de::DeserializeOwned;
+use tokio::runtime::Handle;
+
+use crate::client::Client;
+use crate::keys::{Keys, prefix_end, suffix};
+use crate::pb::etcdserverpb::{
+    Compare, DeleteRangeRequest, PutRequest, RangeRequest, RequestOp, TxnRequest, compare,
+    request_op,
+};
+use crate::pb::mvccpb::KeyValue;
+
+/// Turns the pending marker into the revision a record was committed at.
+pub trait Stamp {
+    fn stamp(&mut self, revision: u64);
+}
+
+fn fix(field: &mut u64, revision: u64) {
+    if *field == PENDING_REVISION {
+        *field = revision;
+    }
+}
+
+impl Stamp for Session {
+    fn stamp(&mut self, revision: u64) {
+        fix(&mut self.revision, revision);
+    }
+}
+impl Stamp for PlanRecord {
+    fn stamp(&mut self, revision: u64) {
+        fix(&mut self.revision, revision);
+    }
+}
+impl Stamp for TodoRecord {
+    fn stamp(&mut self, revision: u64) {
+        fix(&mut self.revision, revision);
+    }
+}
+impl Stamp for PrincipalRecord {
+    fn stamp(&mut self, revision: u64) {
+        fix(&mut self.revision, revision);
+    }
+}
+impl Stamp for HistoryEntry {
+    fn stamp(&mut self, _revision: u64) {}
+}
+impl Stamp for Revision {
+    fn stamp(&mut self, revision: u64) {
+        fix(&mut self.revision, revision);
+        for e in &mut self.events {
+            stamp_event(e, revision);
+        }
+    }
+}
+
+fn stamp_event(e: &mut Event, revision: u64) {
+    match &mut e.object {
+        EventObject::Session(s) => s.stamp(revision),
+        EventObject::Plan(p) => p.stamp(revision),
+        EventObject::Todos(t) => t.stamp(revision),
+        EventObject::Principal(_) => {}
+    }
+}
+
+fn rev(kv: &KeyValue) -> u64 {
+    u64::try_from(kv.mod_revision).unwrap_or(0)
+}
+
+/// A record from a key's value, stamped with the key's revision.
+pub fn record<T: DeserializeOwned + Stamp>(kv: &KeyValue) -> Result<T> {
+    let mut t: T = codec::decode(&kv.value)?;
+    t.stamp(rev(kv));
+    Ok(t)
+}
+
+/// A logged revision from a version of the log key, and its decoded size.
+pub fn logged(kv: &KeyValue) -> Result<(Revision, usize)> {
+    let (mut r, size) = codec::decode_revision_sized(&kv.value)?;
+    r.stamp(rev(kv));
+    Ok((r, size))
+}
+
+/// A range read: start, end, limit.
+type RangeKey = (Vec<u8>, Vec<u8>, i64);
+
+/// What a write read, to compare at commit.
+#[derive(Debug, Default)]
+struct ReadSet {
+    /// Key → its `mod_revision` when read (0: absent).
+    keys: HashMap<Vec<u8>, i64>,
+    /// Ranges read: nothing in them may have changed since the snapshot.
+    ranges: Vec<(Vec<u8>, Vec<u8>)>,
+}
+
+/// Reads at one etcd revision; inside a write, also its buffered changes.
+pub struct View {
+    client: Client,
+    keys: Keys,
+    rt: Handle,
+    /// The etcd revision every read is pinned to; 0 until the first read.
+    snapshot: Cell<i64>,
+    /// Point reads already made, so a replay reads nothing again.
+    cache: RefCell<HashMap<Vec<u8>, Option<KeyValue>>>,
+    /// Range reads already made, likewise.
+    range_cache: RefCell<HashMap<RangeKey, Vec<KeyValue>>>,
+    /// Recorded only for writes.
+    reads: RefCell<Option<ReadSet>>,
+    /// A write's changes: key → new value, or `None` for a delete.
+    changes: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+    /// A compaction this write asks for, run after its commit.
+    compact_to: Option<u64>,
+    /// Whether the write logged a revision.
+    logged: bool,
+}
+
+impl View {
+    /// A read view.
+    pub fn reader(client: Client, keys: Keys, rt: Handle) -> Self {
+        View {
+            client,
+            keys,
+            rt,
+            snapshot: Cell::new(0),
+            cache: RefCell::new(HashMap::new()),
+            range_cache: RefCell::new(HashMap::new()),
+            reads: RefCell::new(None),
+            changes: BTreeMap::new(),
+            compact_to: None,
+            logged: false,
+        }
+    }
+
+    /// A write view: it records what it reads.
+    pub fn writer(client: Client, keys: Keys, rt: Handle) -> Self {
+        let v = View::reader(client, keys, rt);
+        *v.reads.borrow_mut() = Some(ReadSet::default());
+        v
+    }
+
+    /// The same snapshot and reads with no changes, to run a mutation again
+    /// once its revision is known (nothing it writes is kept).
+    pub fn replay(&mut self) -> &mut Self {
+        self.changes.clear();
+        *self.reads.borrow_mut() = None;
+        self.compact_to = None;
+        self.logged = false;
+        self
+    }
+
+    pub fn has_changes(&self) -> bool {
+        !self.changes.is_empty()
+    }
+
+    /// Whether the write logged a revision (a mutation, not maintenance).
+    pub fn logged(&self) -> bool {
+        self.logged
+    }
+
+    pub fn compact_to(&self) -> Option<u64> {
+        self.compact_to
+    }
+
+    /// The etcd revision the reads are pinned to, reading it if needed.
+    pub fn snapshot(&self) -> Result<i64> {
+        if self.snapshot.get() == 0 {
+            // Any linearizable read fixes it; the log key is small to fetch
+            // by key only, and is never compared (every mutation writes it).
+            let key = self.keys.log();
+            let resp = self.block(self.client.range(RangeRequest {
+                key: key.clone(),
+                keys_only: true,
+                ..RangeRequest::default()
+            }))?;
+            self.pin(resp.header.as_ref().map_or(0, |h| h.revision));
+            // Its revision is all a view needs of it (revision(), the end
+            // of a log read): cached, it costs no second read.
+            self.cache
+                .borrow_mut()
+                .insert(key, resp.kvs.into_iter().next());
+        }
+        Ok(self.snapshot.get())
+    }
+
+    fn pin(&self, revision: i64) {
+        if self.snapshot.get() == 0 {
+            self.snapshot.set(revision);
+        }
+    }
+
+    fn block<T>(&self, f: impl std::future::Future<Output = Result<T>>) -> Result<T> {
+        self.rt.block_on(f)
+    }
+
+    /// One key at the snapshot, without the write's own changes.
+    fn fetch(&self, key: &[u8], record: bool) -> Result<Option<KeyValue>> {
+        let cached = self.cache.borrow().get(key).cloned();
+        let kv = if let Some(kv) = cached {
+            kv
+        } else {
+            let resp = self.block(self.client.range(RangeRequest {
+                key: key.to_vec(),
+                revision: self.snapshot.get(),
+                ..RangeRequest::default()
+            }))?;
+            self.pin(resp.header.as_ref().map_or(0, |h| h.revision));
+            let kv = resp.kvs.into_iter().next();
+            self.cache.borrow_mut().insert(key.to_vec(), kv.clone());
+            kv
+        };
+        if record && let Some(reads) = self.reads.borrow_mut().as_mut() {
+            reads
+                .keys
+                .insert(key.to_vec(), kv.as_ref().map_or(0, |kv| kv.mod_revision));
+        }
+        Ok(kv)
+    }
+
+    /// One key as this view sees it: its own change first.
+    fn get(&self, key: &[u8]) -> Result<Option<KeyValue>> {
+        if let Some(change) = self.changes.get(key) {
+            // Still compared: what the write replaces must be what it read.
+            self.fetch(key, true)?;
+            return Ok(change.as_ref().map(|value| KeyValue {
+                key: key.to_vec(),
+                value: value.clone(),
+                mod_revision: i64::try_from(PENDING_REVISION).unwrap_or(i64::MAX),
+                ..KeyValue::default()
+            }));
+        }
+        self.fetch(key, true)
+    }
+
+    /// Keys in `[start, end)` from `after` (exclusive), at most `limit` (0:
+    /// all), with the write's own changes laid over them.
+    fn scan(
+        &self,
+        start: &[u8],
+        end: &[u8],
+        after: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<Vec<KeyValue>> {
+        let from = match after {
+            Some(a) => {
+                let mut k = a.to_vec();
+                k.push(0);
+                k.max(start.to_vec())
+            }
+            None => start.to_vec(),
+        };
+        let limit_i = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.snapshot()?;
+        let cache_key = (from.clone(), end.to_vec(), limit_i);
+        let cached = self.range_cache.borrow().get(&cache_key).cloned();
+        let mut kvs = if let Some(kvs) = cached {
+            kvs
+        } else {
+            let resp = self.block(self.client.range(RangeRequest {
+                key: from.clone(),
+                range_end: end.to_vec(),
+                revision: self.snapshot.get(),
+                limit: limit_i,
+                ..RangeRequest::default()
+            }))?;
+            self.range_cache
+                .borrow_mut()
+                .insert(cache_key, resp.kvs.clone());
+            resp.kvs
+        };
+        if let Some(reads) = self.reads.borrow_mut().as_mut() {
+            reads.ranges.push((from.clone(), end.to_vec()));
+        }
+        if self
+            .changes
+            .range(from.clone()..end.to_vec())
+            .next()
+            .is_some()
+        {
+            let mut merged: BTreeMap<Vec<u8>, KeyValue> =
+                kvs.into_iter().map(|kv| (kv.key.clone(), kv)).collect();
+            for (k, change) in self.changes.range(from..end.to_vec()) {
+                match change {
+                    Some(value) => {
+                        merged.insert(
+                            k.clone(),
+                            KeyValue {
+                                key: k.clone(),
+                                value: value.clone(),
+                                mod_revision: i64::try_from(PENDING_REVISION).unwrap_or(i64::MAX),
+                                ..KeyValue::default()
+                            },
+                        );
+                    }
+                    None => {
+                        merged.remove(k);
+                    }
+                }
+            }
+            kvs = merged.into_values().collect();
+            if limit > 0 {
+                kvs.truncate(limit);
+            }
+        }
+        Ok(kvs)
+    }
+
+    fn typed<T: DeserializeOwned + Stamp>(&self, key: &[u8]) -> Result<Option<T>> {
+        self.get(key)?.map(|kv| record(&kv)).transpose()
+    }
+
+    fn put(&mut self, key: Vec<u8>, value: Vec<u8>) {
+        self.changes.insert(key, Some(value));
+    }
+
+    fn delete(&mut self, key: Vec<u8>) -> Result<()> {
+        // Compared like a read: a delete of something another replica
+        // just changed must not win blindly.
+        self.fetch(&key, true)?;
+        self.changes.insert(key, None);
+        Ok(())
+    }
+
+    /// The transaction for this write: compare everything read, apply
+    /// every change. `max_ops` is the cluster's limit per transaction.
+    pub fn transaction(&self, max_ops: usize) -> Result<TxnRequest> {
+        let snapshot = self.snapshot.get();
+        let mut compare = Vec::new();
+        if let Some(reads) = self.reads.borrow().as_ref() {
+            for (key, m) in &reads.keys {
+                compare.push(Compare {
+                    result: compare::CompareResult::Equal.into(),
+                    target: compare::CompareTarget::Mod.into(),
+                    key: key.clone(),
+                    range_end: Vec::new(),
+                    target_union: Some(compare::TargetUnion::ModRevision(*m)),
+                });
+            }
+            for (start, end) in &reads.ranges {
+                compare.push(Compare {
+                    result: compare::CompareResult::Less.into(),
+                    target: compare::CompareTarget::Mod.into(),
+                    key: start.clone(),
+                    range_end: end.clone(),
+                    target_union: Some(compare::TargetUnion::ModRevision(snapshot + 1)),
+                });
+            }
+        }
+        let success: Vec<RequestOp> = self
+            .changes
+            .iter()
+            .map(|(key, change)| RequestOp {
+                request: Some(match change {
+                    Some(value) => request_op::Request::RequestPut(PutRequest {
+                        key: key.clone(),
+                        value: value.clone(),
+                        ..PutRequest::default()
+                    }),
+                    None => request_op::Request::RequestDeleteRange(DeleteRangeRequest {
+                        key: key.clone(),
+                        ..DeleteRangeRequest::default()
+                    }),
+                }),
+            })
+            .collect();
+        let ops = success.len().max(compare.len());
+        if ops > max_ops {
+            return Err(Error::LimitExceeded {
+                field: "mutation".into(),
+                what: "etcd operations in one transaction",
+                limit: max_ops,
+                actual: ops,
+            });
+        }
+        Ok(TxnRequest {
+            compare,
+            success,
+            failure: Vec::new(),
+        })
+    }
+
+    /// Logged revisions from `from`, read from etcd's history of the log
+    /// key, through the last one at this view's snapshot.
+    fn log_from(&self, from: u64, limit: usize, max_bytes: usize) -> Result<Vec<Revision>> {
+        let Some(last) = self.fetch(&self.keys.log(), false)? else {
+            return Ok(Vec::new());
+        };
+        let upto = last.mod_revision;
+        let from = i64::try_from(from).unwrap_or(i64::MAX).max(1);
+        if from > upto {
+            return Ok(Vec::new());
+        }
+        let current = u64::try_from(self.snapshot.get()).unwrap_or(0);
+        let kvs = self.block(crate::follow::history(
+            &self.client,
+            self.keys.log(),
+            from,
+            upto,
+            limit.max(1),
+            max_bytes,
+            current,
+        ))?;
+        Ok(kvs)
+    }
+}
+
+impl ReadView for View {
+    /// The last logged revision at the snapshot: Cairn's revision. etcd's
+    /// own may be ahead of it (compaction records, other writers), but no
+    /// Cairn event lies between the two.
+    fn revision(&self) -> Result<u64> {
+        self.snapshot()?;
+        Ok(self
+            .fetch(&self.keys.log(), false)?
+            .map_or(0, |kv| u64::try_from(kv.mod_revision).unwrap_or(0)))
+    }
+
+    fn compact_revision(&self) -> Result<u64> {
+        let Some(kv) = self.fetch(&self.keys.compact(), false)? else {
+            return Ok(0);
+        };
+        std::str::from_utf8(&kv.value)
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(|| Error::DataLoss {
+                file: String::new(),
+                detail: "the compact revision key does not hold a number".into(),
+            })
+    }
+
+    fn session(&self, id: &str) -> Result<Option<Session>> {
+        self.typed(&self.keys.session(id))
+    }
+
+    fn children(&self, id: &str) -> Result<Vec<String>> {
+        let start = self.keys.children(id);
+        let kvs = self.scan(&start, &prefix_end(&start), None, 0)?;
+        Ok(kvs
+            .iter()
+            .filter_map(|kv| suffix(&kv.key, &start).map(str::to_owned))
+            .collect())
+    }
+
+    fn sessions_after(&self, after: Option<&str>, limit: usize) -> Result<SessionPage> {
+        let start = self.keys.sessions();
+        let after_key = after.map(|a| self.keys.session(a));
+        let limit = limit.max(1);
+        // One more than asked tells whether more follow.
+        let kvs = self.scan(&start, &prefix_end(&start), after_key.as_deref(), limit + 1)?;
+        let more = kvs.len() > limit;
+        let sessions = kvs
+            .iter()
+            .take(limit)
+            .map(record::<Session>)
+            .collect::<Result<Vec<_>>>()?;
+        let next_after = if more {
+            sessions.last().map(|s| s.session_id.clone())
+        } else {
+            None
+        };
+        Ok(SessionPage {
+            sessions,
+            next_after,
+        })
+    }
+
+    fn plan(&self, session_id: &str) -> Result<Option<PlanRecord>> {
+        self.typed(&self.keys.plan(session_id))
+    }
+
+    fn history(
+        &self,
+        session_id: &str,
+        from: u64,
+        limit: usize,
+        max_bytes: usize,
+    ) -> Result<(Vec<HistoryEntry>, Option<u64>)> {
+        let start = self.keys.history(session_id);
+        let first = self.keys.history_entry(session_id, from);
+        let kvs = self.scan(&first, &prefix_end(&start), None, 0)?;
+        let mut out = Vec::new();
+        let mut bytes = 0;
+        for kv in &kvs {
+            let seq = suffix(&kv.key, &start)
+                .and_then(|s| s.parse::<u64>().ok())
+                .unwrap_or(0);
+            if out.len() >= limit.max(1) || (bytes >= max_bytes && !out.is_empty()) {
+                return Ok((out, Some(seq)));
+            }
+            let (entry, size) = codec::decode_sized::<HistoryEntry>(&kv.value)?;
+            bytes += size;
+            out.push(entry);
+        }
+        Ok((out, None))
+    }
+
+    fn todos(&self, agent_id: &str) -> Result<Option<TodoRecord>> {
+        self.typed(&self.keys.todos(agent_id))
+    }
+
+    fn all_todos(&self) -> Result<Vec<TodoRecord>> {
+        let start = self.keys.all_todos();
+        self.scan(&start, &prefix_end(&start), None, 0)?
+            .iter()
+            .map(record)
+            .collect()
+    }
+
+    fn revisions_from(&self, from: u64, limit: usize, max_bytes: usize) -> Result<Vec<Revision>> {
+        self.log_from(from, limit, max_bytes)
+    }
+
+    fn revision_times(&self, from: u64, limit: usize) -> Result<Vec<(u64, cairn_core::Micros)>> {
+        Ok(self
+            .log_from(from, limit, usize::MAX)?
+            .into_iter()
+            .map(|r| (r.revision, r.time))
+            .collect())
+    }
+
+    fn agent_sessions(&self, agent_id: &str) -> Result<Vec<String>> {
+        let start = self.keys.agent_sessions(agent_id);
+        let kvs = self.scan(&start, &prefix_end(&start), None, 0)?;
+        Ok(kvs
+            .iter()
+            .filter_map(|kv| suffix(&kv.key, &start).map(str::to_owned))
+            .collect())
+    }
+
+    fn principal(&self, id: &str) -> Result<Option<PrincipalRecord>> {
+        self.typed(&self.keys.principal(id))
+    }
+
+    fn principal_by_token(&self, token_sha256: &str) -> Result<Option<PrincipalRecord>> {
+        let Some(kv) = self.get(&self.keys.token(token_sha256))? else {
+            return Ok(None);
+        };
+        let id = String::from_utf8_lossy(&kv.value).into_owned();
+        self.principal(&id)
+    }
+
+    fn principals_after(&self, after: Option<&str>, limit: usize) -> Result<Vec<PrincipalRecord>> {
+        let start = self.keys.principals();
+        let after_key = after.map(|a| self.keys.principal(a));
+        self.scan(
+            &start,
+            &prefix_end(&start),
+            after_key.as_deref(),
+            limit.max(1),
+        )?
+        .iter()
+        .map(record)
+        .collect()
+    }
+
+    fn dense(&self) -> bool {
+        false
+    }
+}
+
+impl WriteView for View {
+    fn put_session(&mut self, s: &Session) -> Result<()> {
+        let key = self.keys.session(&s.session_id);
+        self.put(key, codec::encode(s)?);
+        Ok(())
+    }
+    fn delete_session(&mut self, id: &str) -> Result<()> {
+        let key = self.keys.session(id);
+        self.delete(key)
+    }
+    fn put_child(&mut self, parent: &str, child: &str) -> Result<()> {
+        let key = self.keys.child(parent, child);
+        self.put(key, Vec::new());
+        Ok(())
+    }
+    fn delete_child(&mut self, parent: &str, child: &str) -> Result<()> {
+        let key = self.keys.child(parent, child);
+        self.delete(key)
+    }
+    fn put_plan(&mut self, session_id: &str, record: &[u8]) -> Result<()> {
+        let key = self.keys.plan(session_id);
+        self.put(key, record.to_vec());
+        Ok(())
+    }
+    fn delete_plan(&mut self, session_id: &str) -> Result<()> {
+        let key = self.keys.plan(session_id);
+        self.delete(key)
+    }
+    fn put_history(&mut self, session_id: &str, seq: u64, e: &HistoryEntry) -> Result<()> {
+        let key = self.keys.history_entry(session_id, seq);
+        self.put(key, codec::encode(e)?);
+        Ok(())
+    }
+    fn delete_history(&mut self, session_id: &str) -> Result<()> {
+        // Key by key, so every change in a transaction names one key (etcd
+        // refuses a put inside a range it also deletes).
+        let start = self.keys.history(session_id);
+        for kv in self.scan(&start, &prefix_end(&start), None, 0)? {
+            self.changes.insert(kv.key, None);
+        }
+        Ok(())
+    }
+    fn put_todos(&mut self, t: &TodoRecord) -> Result<()> {
+        let key = self.keys.todos(&t.agent_id);
+        self.put(key, codec::encode(t)?);
+        Ok(())
+    }
+    fn put_agent_session(&mut self, agent_id: &str, session_id: &str) -> Result<()> {
+        let key = self.keys.agent_session(agent_id, session_id);
+        self.put(key, Vec::new());
+        Ok(())
+    }
+    fn delete_agent_session(&mut self, agent_id: &str, session_id: &str) -> Result<()> {
+        let key = self.keys.agent_session(agent_id, session_id);
+        self.delete(key)
+    }
+    fn put_principal(&mut self, p: &PrincipalRecord) -> Result<()> {
+        let id = p.principal.principal_id.clone();
+        // A rotation replaces the old hash in the same transaction.
+        if let Some(old) = self.principal(&id)?
+            && old.token_sha256 != p.token_sha256
+        {
+            let key = self.keys.token(&old.token_sha256);
+            self.delete(key)?;
+        }
+        let token = self.keys.token(&p.token_sha256);
+        self.put(token, id.clone().into_bytes());
+        let key = self.keys.principal(&id);
+        self.put(key, codec::encode(p)?);
+        Ok(())
+    }
+    fn delete_principal(&mut self, p: &PrincipalRecord) -> Result<()> {
+        let key = self.keys.principal(&p.principal.principal_id);
+        self.delete(key)?;
+        let token = self.keys.token(&p.token_sha256);
+        self.delete(token)
+    }
+    fn append_revision(&mut self, r: &Revision) -> Result<()> {
+        let key = self.keys.log();
+        self.put(key, codec::encode_revision(r)?);
+        self.logged = true;
+        Ok(())
+    }
+    fn compact_log(&mut self, upto: u64) -> Result<()> {
+        let key = self.keys.compact();
+        self.put(key, upto.to_string().into_bytes());
+        self.compact_to = Some(upto);
+        Ok(())
+    }
+}
