@@ -14,6 +14,7 @@ mod crash;
 mod faults;
 mod identity;
 mod logs;
+mod replicas;
 mod web;
 
 /// The binary under test: this build's, or `CAIRN_BIN` (to measure another

@@ -65,6 +65,30 @@ impl tonic::service::Interceptor for TokenSlot {
 
 type Svc = InterceptedService<Channel, TokenSlot>;
 
+/// Pause before trying a call again on another member.
+const PAUSE: Duration = Duration::from_millis(50);
+
+/// The request never reached a member: a connection could not be made.
+fn not_sent(s: &tonic::Status) -> bool {
+    s.code() == tonic::Code::Unavailable && s.message().contains("tcp connect error")
+}
+
+/// Worth trying again for a call that changes nothing: a member down, a
+/// broken connection, an election in progress.
+fn transient(s: &tonic::Status) -> bool {
+    not_sent(s)
+        || matches!(s.code(), tonic::Code::Unavailable | tonic::Code::Unknown)
+            && [
+                "transport error",
+                "connection",
+                "leader changed",
+                "no leader",
+                "timed out",
+            ]
+            .iter()
+            .any(|m| s.message().contains(m))
+}
+
 /// A cheap, cloneable handle on the cluster.
 #[derive(Clone)]
 pub struct Client {
@@ -194,12 +218,15 @@ impl Client {
         Ok(())
     }
 
-    /// A linearizable range read (at `revision` when not 0).
+    /// A linearizable range read (at `revision` when not 0). A read changes
+    /// nothing, so it is tried again on another member while a member is
+    /// down or an election runs, within the deadline.
     pub async fn range(&self, req: RangeRequest) -> Result<RangeResponse> {
+        let deadline = tokio::time::Instant::now() + self.timeout;
         let mut retried_auth = false;
         loop {
             let mut kv = self.kv.clone();
-            let out = tokio::time::timeout(self.timeout, kv.range(req.clone()))
+            let out = tokio::time::timeout_at(deadline, kv.range(req.clone()))
                 .await
                 .map_err(|_| self.late("range"))?;
             match out {
@@ -207,6 +234,9 @@ impl Client {
                 Err(s) if !retried_auth && self.token_expired(&s) => {
                     retried_auth = true;
                     self.authenticate().await?;
+                }
+                Err(s) if transient(&s) && tokio::time::Instant::now() + PAUSE < deadline => {
+                    tokio::time::sleep(PAUSE).await;
                 }
                 Err(s) => return Err(self.failed("range", &s)),
             }
@@ -216,10 +246,11 @@ impl Client {
     /// A transaction. A timeout or a broken connection leaves its outcome
     /// unknown, which the caller is told rather than a retry risked.
     pub async fn txn(&self, req: TxnRequest) -> Result<TxnResponse> {
+        let deadline = tokio::time::Instant::now() + self.timeout;
         let mut retried_auth = false;
         loop {
             let mut kv = self.kv.clone();
-            let out = tokio::time::timeout(self.timeout, kv.txn(req.clone()))
+            let out = tokio::time::timeout_at(deadline, kv.txn(req.clone()))
                 .await
                 .map_err(|_| {
                     Error::Unavailable(format!(
@@ -233,10 +264,15 @@ impl Client {
                     retried_auth = true;
                     self.authenticate().await?;
                 }
+                // Never sent (no connection to that member): safe to send
+                // to another.
+                Err(s) if not_sent(&s) && tokio::time::Instant::now() + PAUSE < deadline => {
+                    tokio::time::sleep(PAUSE).await;
+                }
                 Err(s) if s.message().contains("too many operations in txn request") => {
                     return Err(Error::LimitExceeded {
                         field: "mutation".into(),
-                        what: "etcd operations in one transaction",
+                        what: "etcd operations in one transaction (the cluster's --max-txn-ops; delete a large tree in parts)",
                         limit: 128,
                         actual: req.success.len().max(req.compare.len()),
                     });

@@ -63,6 +63,25 @@ async fn open_watch(
     Ok((tx, stream))
 }
 
+/// [`open_watch`], tried again on another member while one is down.
+async fn open_watch_retrying(
+    client: &Client,
+    key: &[u8],
+    start: i64,
+) -> Result<(mpsc::Sender<WatchRequest>, tonic::Streaming<WatchResponse>)> {
+    let deadline = tokio::time::Instant::now() + client.timeout();
+    loop {
+        match open_watch(client, key.to_vec(), start).await {
+            Err(Error::Unavailable(m))
+                if tokio::time::Instant::now() < deadline && !m.contains("did not open") =>
+            {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            other => return other,
+        }
+    }
+}
+
 /// The next message of a watch, within the client's deadline when `bounded`.
 async fn next_message(
     client: &Client,
@@ -98,7 +117,7 @@ pub async fn history(
     max_bytes: usize,
     current: u64,
 ) -> Result<Vec<Revision>> {
-    let (_keep, mut stream) = open_watch(client, key, from).await?;
+    let (_keep, mut stream) = open_watch_retrying(client, &key, from).await?;
     let mut out = Vec::new();
     let mut bytes = 0;
     loop {

@@ -387,7 +387,7 @@ impl View {
         if ops > max_ops {
             return Err(Error::LimitExceeded {
                 field: "mutation".into(),
-                what: "etcd operations in one transaction",
+                what: "etcd operations in one transaction (the cluster's --max-txn-ops; delete a large tree in parts)",
                 limit: max_ops,
                 actual: ops,
             });
