@@ -5,6 +5,8 @@
 #  - the same three, and etcd's Put, driven by h2load (nghttp2), so the
 #    ratios do not depend on Cairn's own load generator;
 #  - etcd Put/Range with cairn-bench;
+#  - the etcd backend on that etcd: UpdatePlan and GetPlan with one Cairn
+#    replica and with two;
 #  - UpdatePlan with 5, 50 and 200-step plans;
 #  - growth: random UpdatePlan and GetPlan over 1,000 and 1,000,000
 #    sessions, the file's bytes per session, the server's RSS, restart time
@@ -119,6 +121,36 @@ start_etcd
 bench "etcd Put" etcd-put http://127.0.0.1:2379
 bench "etcd Range (serializable)" etcd-range http://127.0.0.1:2379
 stop
+
+# ---- the etcd backend on that same etcd: one Cairn replica, then two
+# (half the clients on each, each on its own sessions). Server CPU is the
+# first replica's only; etcd's own is not counted.
+start_etcd
+etcd_pid=$server_pid
+ETCD_FLAGS=(--backend etcd --etcd-endpoints http://127.0.0.1:2379)
+start_cairn "${ETCD_FLAGS[@]}"
+bench "etcd backend, 1 replica: UpdatePlan" update-plan "$CAIRN"
+bench "etcd backend, 1 replica: GetPlan" get-plan "$CAIRN"
+PORT2=$((PORT + 1))
+CAIRN_LOG=warn "$BIN" serve --listen "127.0.0.1:$PORT2" --data-dir "$WORK/cairn-data-2" "${ETCD_FLAGS[@]}" 2>>"$WORK/cairn.log" &
+second_pid=$!
+"$BENCH" --scenario ready --addr "http://127.0.0.1:$PORT2" >/dev/null
+bench2() { # label scenario: half the clients on each replica, one row
+  local label=$1 scenario=$2 half=$((CONCURRENCY / 2))
+  echo "-- $label" >&2
+  local common=(--label "$label" --scenario "$scenario" --concurrency "$half"
+    --duration "$DURATION" --warmup "$WARMUP" --payload "$PAYLOAD")
+  "$BENCH" "${common[@]}" --addr "$CAIRN" --session-prefix r1 >"$WORK/r1.json" &
+  local first=$!
+  "$BENCH" "${common[@]}" --addr "http://127.0.0.1:$PORT2" --session-prefix r2 >"$WORK/r2.json"
+  wait "$first"
+  python3 bench/merge.py "$WORK/r1.json" "$WORK/r2.json" | tee -a "$OUT" >&2
+}
+bench2 "etcd backend, 2 replicas: UpdatePlan" update-plan
+bench2 "etcd backend, 2 replicas: GetPlan" get-plan
+kill "$second_pid"; wait "$second_pid" 2>/dev/null || true
+stop
+kill "$etcd_pid"; wait "$etcd_pid" 2>/dev/null || true
 
 # ---- plan size: the same ~51 bytes per step, 5, 50 and 200 steps
 start_cairn

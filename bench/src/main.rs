@@ -100,6 +100,10 @@ pub struct BenchArgs {
     /// client.
     #[arg(long, env = "CAIRN_BENCH_SESSIONS", default_value_t = 0)]
     pub sessions: usize,
+    /// Session ids are `PREFIX-N`: two load generators on one store (one
+    /// per replica) keep to their own sessions with different prefixes.
+    #[arg(long, env = "CAIRN_BENCH_SESSION_PREFIX", default_value = "bench")]
+    pub session_prefix: String,
     /// Watch scenarios: watch streams to open.
     #[arg(long, env = "CAIRN_BENCH_WATCHERS", default_value_t = 1000)]
     pub watchers: usize,
@@ -179,9 +183,13 @@ pub async fn run(args: BenchArgs) -> Result<Report, BoxError> {
 /// The session a request of client `i` goes to.
 fn session_for(args: &BenchArgs, i: usize) -> String {
     if args.sessions > 0 {
-        format!("bench-{}", fastrand::usize(..args.sessions))
+        format!(
+            "{}-{}",
+            args.session_prefix,
+            fastrand::usize(..args.sessions)
+        )
     } else {
-        format!("bench-{i}")
+        format!("{}-{i}", args.session_prefix)
     }
 }
 
@@ -279,7 +287,7 @@ async fn populate(args: &BenchArgs) -> Result<Report, BoxError> {
                 let sent = Instant::now();
                 client
                     .update_plan(pb::UpdatePlanRequest {
-                        session_id: format!("bench-{n}"),
+                        session_id: format!("{}-{n}", args.session_prefix),
                         explanation: "bench".into(),
                         plan: plan_items(&args, 0),
                         expected_revision: None,

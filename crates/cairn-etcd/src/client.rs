@@ -77,16 +77,21 @@ fn not_sent(s: &tonic::Status) -> bool {
 /// broken connection, an election in progress.
 fn transient(s: &tonic::Status) -> bool {
     not_sent(s)
-        || matches!(s.code(), tonic::Code::Unavailable | tonic::Code::Unknown)
-            && [
-                "transport error",
-                "connection",
-                "leader changed",
-                "no leader",
-                "timed out",
-            ]
-            .iter()
-            .any(|m| s.message().contains(m))
+        || matches!(
+            s.code(),
+            tonic::Code::Unavailable | tonic::Code::Unknown | tonic::Code::OutOfRange
+        ) && [
+            "transport error",
+            "connection",
+            "leader changed",
+            "no leader",
+            "timed out",
+            // A serializable read pinned to a revision this member has
+            // not applied yet: another (or a moment later) has.
+            "future revision",
+        ]
+        .iter()
+        .any(|m| s.message().contains(m))
 }
 
 /// A cheap, cloneable handle on the cluster.

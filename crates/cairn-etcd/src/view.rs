@@ -222,6 +222,10 @@ impl View {
             let resp = self.block(self.client.range(RangeRequest {
                 key: key.to_vec(),
                 revision: self.snapshot.get(),
+                // Once pinned to a revision a linearizable read returned,
+                // any member that has applied it answers the same: no
+                // second round of consensus.
+                serializable: self.snapshot.get() > 0,
                 ..RangeRequest::default()
             }))?;
             self.pin(resp.header.as_ref().map_or(0, |h| h.revision));
@@ -281,6 +285,7 @@ impl View {
                 range_end: end.to_vec(),
                 revision: self.snapshot.get(),
                 limit: limit_i,
+                serializable: true,
                 ..RangeRequest::default()
             }))?;
             self.range_cache
