@@ -477,3 +477,172 @@ async fn a_cascade_delete_past_etcds_transaction_limit_fails_whole_and_clear() {
     sessions.delete_session(delete("root")).await.unwrap();
     eprintln!("etcd transaction limit: {}", err.message());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_reaches_etcd_over_mutual_tls_with_a_user_and_password() {
+    use cairn_etcd::pb::etcdserverpb::auth_client::AuthClient;
+    use cairn_etcd::pb::etcdserverpb::{
+        AuthEnableRequest, AuthUserAddRequest, AuthUserGrantRoleRequest,
+    };
+    use tonic::transport::{Certificate, ClientTlsConfig, Endpoint, Identity};
+
+    let dir = tempfile::tempdir().unwrap();
+    let pki = crate::identity::pki(dir.path());
+    let port = |()| {
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
+    };
+    let client_url = format!("https://127.0.0.1:{}", port(()));
+    let peer_url = format!("http://127.0.0.1:{}", port(()));
+    let mut etcd = std::process::Command::new("etcd")
+        .args(["--name", "tls", "--data-dir"])
+        .arg(dir.path().join("etcd"))
+        .args(["--listen-client-urls", &client_url])
+        .args(["--advertise-client-urls", &client_url])
+        .args(["--listen-peer-urls", &peer_url])
+        .args(["--initial-advertise-peer-urls", &peer_url])
+        .args(["--initial-cluster", &format!("tls={peer_url}")])
+        .arg("--cert-file")
+        .arg(&pki.server_cert)
+        .arg("--key-file")
+        .arg(&pki.server_key)
+        .arg("--trusted-ca-file")
+        .arg(&pki.ca)
+        .args(["--client-cert-auth", "--log-level", "warn"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn etcd (Debian: apt-get install etcd-server)");
+
+    // Turn etcd's authentication on: a root user with a password.
+    let tls = ClientTlsConfig::new()
+        .ca_certificate(Certificate::from_pem(std::fs::read(&pki.ca).unwrap()))
+        .identity(Identity::from_pem(
+            std::fs::read(&pki.client_cert).unwrap(),
+            std::fs::read(&pki.client_key).unwrap(),
+        ))
+        .domain_name("localhost");
+    let endpoint = Endpoint::from_shared(client_url.clone())
+        .unwrap()
+        .tls_config(tls)
+        .unwrap();
+    let channel = tokio::time::timeout(PATIENCE, async {
+        loop {
+            if let Ok(c) = endpoint.connect().await {
+                break c;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await
+    .expect("etcd serves TLS");
+    let mut auth = AuthClient::new(channel);
+    let password = "a long etcd password";
+    let ready = tokio::time::timeout(PATIENCE, async {
+        loop {
+            let added = auth
+                .user_add(AuthUserAddRequest {
+                    name: "root".into(),
+                    password: password.into(),
+                    options: None,
+                })
+                .await;
+            if added.is_ok() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await;
+    assert!(ready.is_ok(), "etcd accepted the root user");
+    auth.user_grant_role(AuthUserGrantRoleRequest {
+        user: "root".into(),
+        role: "root".into(),
+    })
+    .await
+    .unwrap();
+    auth.auth_enable(AuthEnableRequest {}).await.unwrap();
+    let password_file = dir.path().join("etcd-password");
+    std::fs::write(&password_file, format!("{password}\n")).unwrap();
+
+    let ca = pki.ca.to_str().unwrap();
+    let cert = pki.client_cert.to_str().unwrap();
+    let key = pki.client_key.to_str().unwrap();
+    let pw = password_file.to_str().unwrap();
+    let base = [
+        "--backend",
+        "etcd",
+        "--etcd-endpoints",
+        client_url.as_str(),
+        "--etcd-timeout",
+        "2s",
+        "--etcd-ca-file",
+        ca,
+    ];
+    // Without the client certificate etcd refuses the connection, and the
+    // replica says so instead of serving.
+    let (status, log) = Proc::try_start(&bin(), &dir.path().join("r0"), &base)
+        .err()
+        .expect("no client certificate: refused");
+    assert!(!status.success());
+    assert!(log.contains("etcd"), "{log}");
+    eprintln!(
+        "no client certificate: {}",
+        log.lines().last().unwrap_or_default()
+    );
+    // A wrong password is refused too.
+    let wrong = dir.path().join("wrong");
+    std::fs::write(&wrong, "not it").unwrap();
+    let mut args = base.to_vec();
+    args.extend([
+        "--etcd-cert-file",
+        cert,
+        "--etcd-key-file",
+        key,
+        "--etcd-user",
+        "root",
+        "--etcd-password-file",
+        wrong.to_str().unwrap(),
+    ]);
+    let (_, log) = Proc::try_start(&bin(), &dir.path().join("r1"), &args)
+        .err()
+        .expect("wrong password: refused");
+    assert!(log.contains("authenticate"), "{log}");
+    eprintln!("wrong password: {}", log.lines().last().unwrap_or_default());
+    assert!(!log.contains(password), "never log the password");
+
+    // With all of it: serves, writes, reads back.
+    let mut args = base.to_vec();
+    args.extend([
+        "--etcd-cert-file",
+        cert,
+        "--etcd-key-file",
+        key,
+        "--etcd-user",
+        "root",
+        "--etcd-password-file",
+        pw,
+    ]);
+    let replica = Proc::start(&bin(), &dir.path().join("r2"), &args);
+    let mut plans = PlanServiceClient::new(replica.channel().await);
+    let written = plans
+        .update_plan(marked("secure", "over TLS"))
+        .await
+        .unwrap()
+        .into_inner();
+    let read = plans
+        .get_plan(pb::GetPlanRequest {
+            session_id: "secure".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(read.revision, written.revision);
+    assert!(!replica.log().contains(password), "never log the password");
+    drop(replica);
+    let _ = etcd.kill();
+    let _ = etcd.wait();
+}

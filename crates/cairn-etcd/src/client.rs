@@ -337,6 +337,17 @@ impl Client {
                 self.describe
             ));
         }
-        Error::Unavailable(format!("{}: {what}: {}", self.describe, s.message()))
+        // A transport failure's cause (a refused handshake, a refused
+        // connection) is in its source chain, not its message.
+        let mut detail = s.message().to_owned();
+        let mut source = std::error::Error::source(s);
+        while let Some(cause) = source {
+            let text = cause.to_string();
+            if !detail.contains(&text) {
+                detail = format!("{detail}: {text}");
+            }
+            source = cause.source();
+        }
+        Error::Unavailable(format!("{}: {what}: {detail}", self.describe))
     }
 }
