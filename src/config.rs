@@ -342,6 +342,8 @@ impl ServeArgs {
                     key,
                     client_ca: self.tls_client_ca.clone(),
                 }),
+            // Wired by `main`, which knows the bound listener.
+            web_extra: None,
         }
     }
 }

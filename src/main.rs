@@ -34,7 +34,9 @@ async fn main() -> ExitCode {
                     return ExitCode::FAILURE;
                 }
             };
-            match cairn_server::serve(listener, args.server_config(), shutdown_signal()).await {
+            let mut config = args.server_config();
+            config.web_extra = mcp_over_http(&args, &listener);
+            match cairn_server::serve(listener, config, shutdown_signal()).await {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     tracing::error!(error = %e, "server failed");
@@ -123,4 +125,53 @@ async fn received(signal: Option<&mut tokio::signal::unix::Signal>) {
         }
         None => std::future::pending().await,
     }
+}
+
+/// `/mcp` on the web listener: the MCP tools for remote agents, calling
+/// this server's own gRPC listener on loopback with each agent's token.
+fn mcp_over_http(
+    args: &config::ServeArgs,
+    listener: &tokio::net::TcpListener,
+) -> Option<cairn_server::WebRoutes> {
+    let web = args.web_listen?;
+    if args.tls_cert.is_some() {
+        // The tools would call the gRPC port over TLS on loopback, where the
+        // server's certificate does not name 127.0.0.1 in general.
+        tracing::warn!(
+            "MCP over HTTP (/mcp) is not served with --tls-cert: run `cairn mcp` (stdio) next to the agent instead"
+        );
+        return None;
+    }
+    let port = listener.local_addr().ok()?.port();
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://127.0.0.1:{port}"))
+        .ok()?
+        .connect_lazy();
+    let authority = |origin: &str| {
+        origin
+            .split_once("://")
+            .map_or(origin, |(_, rest)| rest)
+            .trim_end_matches('/')
+            .to_owned()
+    };
+    let mut allowed_hosts: Vec<String> = vec!["localhost".into(), "127.0.0.1".into(), "::1".into()];
+    let mut allowed_origins = vec![format!("http://{web}")];
+    if !web.ip().is_unspecified() {
+        allowed_hosts.push(web.ip().to_string());
+        allowed_hosts.push(web.to_string());
+    }
+    for origin in &args.web_origin {
+        let host = authority(origin);
+        allowed_hosts.push(host.split(':').next().unwrap_or_default().to_owned());
+        allowed_hosts.push(host);
+        allowed_origins.push(origin.trim_end_matches('/').to_owned());
+    }
+    Some(cairn_server::WebRoutes(cairn_client::mcp::http::router(
+        cairn_client::mcp::http::McpHttp {
+            channel,
+            auth: args.auth == config::AuthArg::Token,
+            call_timeout: std::time::Duration::from_secs(30),
+            allowed_hosts,
+            allowed_origins,
+        },
+    )))
 }

@@ -64,6 +64,18 @@ pub struct Api {
     timeout: Option<Duration>,
 }
 
+impl Api {
+    /// A handle on an existing channel that presents `authorization` (a
+    /// whole `Bearer …` header, passed through) on every call.
+    pub fn with(channel: Channel, authorization: Option<HeaderValue>, timeout: Duration) -> Self {
+        Api {
+            channel,
+            token: authorization,
+            timeout: Some(timeout),
+        }
+    }
+}
+
 impl ServerArgs {
     /// The endpoint, with TLS when the server's address is `https` or a CA
     /// or client certificate is given.

@@ -26,5 +26,7 @@ pub mod tls;
 pub mod watch;
 pub mod web;
 
-pub use serve::{DEFAULT_MAX_REQUEST_BYTES, ServeError, ServerConfig, serve, serve_store};
+pub use serve::{
+    DEFAULT_MAX_REQUEST_BYTES, ServeError, ServerConfig, WebRoutes, serve, serve_store,
+};
 pub use services::{DEFAULT_BLOCKED_TOOLS, Policy, State};

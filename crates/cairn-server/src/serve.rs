@@ -68,6 +68,20 @@ pub struct ServerConfig {
     pub allow_unauthenticated: bool,
     /// TLS for both listeners; plaintext when unset.
     pub tls: Option<TlsFiles>,
+    /// More routes on the web listener, outside the dashboard's cookie and
+    /// CSRF guard (they bring their own): `/mcp`, which the binary wires in
+    /// from the MCP client so that the server never imports a client.
+    pub web_extra: Option<WebRoutes>,
+}
+
+/// Routes added to the web listener.
+#[derive(Clone)]
+pub struct WebRoutes(pub axum::Router);
+
+impl std::fmt::Debug for WebRoutes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("WebRoutes")
+    }
 }
 
 impl ServerConfig {
@@ -87,6 +101,7 @@ impl ServerConfig {
             admin_token_file: None,
             allow_unauthenticated: false,
             tls: None,
+            web_extra: None,
         }
     }
 }
@@ -307,7 +322,7 @@ pub async fn serve_store(
             crate::web::Web::new(state.clone(), &listener, &config.web_origins, tls.is_some());
         tokio::spawn(conn::serve(
             listener,
-            web.router(),
+            web_router(web, config.web_extra.as_ref()),
             config.conn,
             tls.clone(),
             "web",
@@ -342,6 +357,14 @@ pub async fn serve_store(
 }
 
 use tower::Layer as _;
+
+/// The dashboard, plus the routes the binary adds (outside its guard).
+fn web_router(web: crate::web::Web, extra: Option<&WebRoutes>) -> axum::Router {
+    match extra {
+        Some(extra) => web.router().merge(extra.0.clone()),
+        None => web.router(),
+    }
+}
 
 /// What every gRPC call passes through on its way in and out: who the
 /// caller is, the client's deadline (`grpc-timeout`), and gRPC's code for

@@ -11,9 +11,12 @@
 //! - [`args`]: the tools' arguments (their JSON schemas);
 //! - [`tools`]: the tools;
 //! - [`stdio`]: the transport, answering input that is not JSON; every
-//!   call has a deadline (`--call-timeout`, see [`crate::conn`]).
+//!   call has a deadline (`--call-timeout`, see [`crate::conn`]);
+//! - [`http`]: the same tools over Streamable HTTP at `/mcp`, served by
+//!   `cairn serve` on its web listener for remote agents.
 
 pub mod args;
+pub mod http;
 mod stdio;
 pub mod tools;
 
