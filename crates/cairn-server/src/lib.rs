@@ -18,6 +18,7 @@
 
 pub mod auth;
 pub mod conn;
+pub mod connect;
 pub mod convert;
 pub mod serve;
 pub mod services;

@@ -277,44 +277,15 @@ pub async fn serve_store(
         }
     });
 
-    let reflection_v1 = tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
-        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-        .build_v1()?;
-    let reflection_v1alpha = tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
-        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-        .build_v1alpha()?;
-
+    let routes = api_routes(&state, health_service, config.max_request_bytes)?;
     let max = config.max_request_bytes;
-    let routes = Routes::new(health_service)
-        .add_service(reflection_v1)
-        .add_service(reflection_v1alpha)
-        .add_service(
-            pb::session_service_server::SessionServiceServer::new(SessionApi::new(state.clone()))
-                .max_decoding_message_size(max),
-        )
-        .add_service(
-            pb::plan_service_server::PlanServiceServer::new(PlanApi::new(state.clone()))
-                .max_decoding_message_size(max),
-        )
-        .add_service(
-            pb::todo_service_server::TodoServiceServer::new(TodoApi::new(state.clone()))
-                .max_decoding_message_size(max),
-        )
-        .add_service(
-            pb::watch_service_server::WatchServiceServer::new(WatchApi::new(state.clone()))
-                .max_decoding_message_size(max),
-        )
-        .add_service(
-            pb::auth_service_server::AuthServiceServer::new(AuthApi::new(state.clone()))
-                .max_decoding_message_size(max),
-        )
-        .prepare();
-    let grpc = Edge {
-        inner: tonic_web::GrpcWebLayer::new().layer(routes),
-        auth,
-    };
+    let grpc = crate::connect::Connect::new(
+        Edge {
+            inner: tonic_web::GrpcWebLayer::new().layer(routes),
+            auth,
+        },
+        max,
+    );
 
     let web_task = web.map(|listener| {
         let mut stopped = stopped.clone();
@@ -358,6 +329,49 @@ pub async fn serve_store(
 
 use tower::Layer as _;
 
+/// Every gRPC service: the API, health and reflection.
+fn api_routes(
+    state: &State,
+    health_service: tonic_health::pb::health_server::HealthServer<
+        impl tonic_health::pb::health_server::Health,
+    >,
+    max: usize,
+) -> Result<Routes, ServeError> {
+    let reflection_v1 = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .build_v1()?;
+    let reflection_v1alpha = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .build_v1alpha()?;
+
+    Ok(Routes::new(health_service)
+        .add_service(reflection_v1)
+        .add_service(reflection_v1alpha)
+        .add_service(
+            pb::session_service_server::SessionServiceServer::new(SessionApi::new(state.clone()))
+                .max_decoding_message_size(max),
+        )
+        .add_service(
+            pb::plan_service_server::PlanServiceServer::new(PlanApi::new(state.clone()))
+                .max_decoding_message_size(max),
+        )
+        .add_service(
+            pb::todo_service_server::TodoServiceServer::new(TodoApi::new(state.clone()))
+                .max_decoding_message_size(max),
+        )
+        .add_service(
+            pb::watch_service_server::WatchServiceServer::new(WatchApi::new(state.clone()))
+                .max_decoding_message_size(max),
+        )
+        .add_service(
+            pb::auth_service_server::AuthServiceServer::new(AuthApi::new(state.clone()))
+                .max_decoding_message_size(max),
+        )
+        .prepare())
+}
+
 /// The dashboard, plus the routes the binary adds (outside its guard).
 fn web_router(web: crate::web::Web, extra: Option<&WebRoutes>) -> axum::Router {
     match extra {
@@ -383,13 +397,14 @@ fn is_open_path(path: &str) -> bool {
 /// The text tonic gives a request over `max_decoding_message_size`.
 const TOO_LARGE: &str = "Error, decoded message length too large";
 
-impl<S, B> tower::Service<Request<hyper::body::Incoming>> for Edge<S>
+impl<S, ReqB, B> tower::Service<Request<ReqB>> for Edge<S>
 where
-    S: tower::Service<Request<hyper::body::Incoming>, Response = Response<B>, Error = Infallible>
+    S: tower::Service<Request<ReqB>, Response = Response<B>, Error = Infallible>
         + Clone
         + Send
         + 'static,
     S::Future: Send + 'static,
+    ReqB: Send + 'static,
     B: Default + Send + 'static,
 {
     type Response = Response<B>;
@@ -400,7 +415,7 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, mut req: Request<hyper::body::Incoming>) -> Self::Future {
+    fn call(&mut self, mut req: Request<ReqB>) -> Self::Future {
         let deadline = req
             .headers()
             .get("grpc-timeout")
