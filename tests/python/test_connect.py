@@ -10,6 +10,7 @@ import subprocess
 import httpx2
 
 from cairn.v1 import plan_pb2 as plan
+from conftest import ROOT
 
 PLAN = {
     "sessionId": "demo",
@@ -36,6 +37,18 @@ def _curl(server_addr, method, body):
     ).stdout
     text, status = out.rsplit("\n", 1)
     return int(status), json.loads(text)
+
+
+def test_the_readme_example_answers_byte_for_byte(server_addr):
+    # Before anything creates session "demo" on this server.
+    readme = (ROOT / "README.md").read_text()
+    shown = next(l for l in readme.splitlines() if l.startswith('{"code":"not_found"'))
+    raw = subprocess.run(
+        ["curl", "-s", "-d", '{"sessionId":"demo"}', "-H", "content-type: application/json",
+         f"{server_addr}/cairn.v1.PlanService/GetPlan"],
+        check=True, capture_output=True, text=True,
+    ).stdout
+    assert raw == shown
 
 
 def test_unary_json_with_curl_and_an_error_with_its_details(server_addr):
