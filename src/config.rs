@@ -217,6 +217,9 @@ pub struct ServeArgs {
     /// CA (PEM) that client certificates must chain to: mutual TLS.
     #[arg(long, env = "CAIRN_TLS_CLIENT_CA", requires = "tls_cert")]
     pub tls_client_ca: Option<PathBuf>,
+    /// Address of the Prometheus metrics endpoint (`GET /metrics`), off unless set.
+    #[arg(long, env = "CAIRN_METRICS_LISTEN")]
+    pub metrics_listen: Option<SocketAddr>,
     /// Where the state lives: `redb` (one file under --data-dir) or `etcd`
     /// (a cluster several replicas share).
     #[arg(long, env = "CAIRN_BACKEND", value_enum, default_value_t = BackendArg::Redb)]
@@ -344,6 +347,7 @@ impl ServeArgs {
                 }),
             // Wired by `main`, which knows the bound listener.
             web_extra: None,
+            metrics_listen: self.metrics_listen,
         }
     }
 }

@@ -14,6 +14,7 @@ mod crash;
 mod faults;
 mod identity;
 mod logs;
+mod metrics;
 mod replicas;
 mod web;
 

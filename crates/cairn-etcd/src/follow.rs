@@ -218,6 +218,7 @@ async fn follow_once(inner: &Inner, next: &mut i64) -> Result<()> {
         }
         if let Some(last) = revisions.last() {
             inner.observed(last.revision);
+            cairn_store::telemetry::revision(last.revision);
             inner.hub.dispatch(&revisions);
         }
     }

@@ -20,6 +20,7 @@ pub mod auth;
 pub mod conn;
 pub mod connect;
 pub mod convert;
+pub mod metrics;
 pub mod serve;
 pub mod services;
 pub mod status;

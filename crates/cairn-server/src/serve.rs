@@ -68,6 +68,8 @@ pub struct ServerConfig {
     pub allow_unauthenticated: bool,
     /// TLS for both listeners; plaintext when unset.
     pub tls: Option<TlsFiles>,
+    /// Address of the Prometheus `/metrics` listener; off when unset.
+    pub metrics_listen: Option<std::net::SocketAddr>,
     /// More routes on the web listener, outside the dashboard's cookie and
     /// CSRF guard (they bring their own): `/mcp`, which the binary wires in
     /// from the MCP client so that the server never imports a client.
@@ -102,6 +104,7 @@ impl ServerConfig {
             allow_unauthenticated: false,
             tls: None,
             web_extra: None,
+            metrics_listen: None,
         }
     }
 }
@@ -182,8 +185,27 @@ pub async fn serve(
         .transpose()?;
     let auth = Auth::new(config.auth, admin_token.as_deref(), store.clone());
     let compaction = tokio::spawn(compactor::run(store.clone(), config.retention));
+    let metrics_task = match config.metrics_listen {
+        Some(addr) => {
+            let listener = crate::metrics::bind(addr)
+                .await
+                .map_err(|e| ServeError::Config(format!("--metrics-listen {addr}: {e}")))?;
+            crate::metrics::install().map(|handle| {
+                tokio::spawn(crate::metrics::serve(
+                    listener,
+                    handle,
+                    store.clone(),
+                    std::future::pending(),
+                ))
+            })
+        }
+        None => None,
+    };
     let result = serve_store(listener, web, store.clone(), auth, tls, &config, shutdown).await;
     compaction.abort();
+    if let Some(task) = metrics_task {
+        task.abort();
+    }
     store.close().await;
     tracing::info!("cairn stopped");
     result
@@ -280,10 +302,13 @@ pub async fn serve_store(
     let routes = api_routes(&state, health_service, config.max_request_bytes)?;
     let max = config.max_request_bytes;
     let grpc = crate::connect::Connect::new(
-        Edge {
-            inner: tonic_web::GrpcWebLayer::new().layer(routes),
-            auth,
-        },
+        crate::metrics::Rpc::new(
+            Edge {
+                inner: tonic_web::GrpcWebLayer::new().layer(routes),
+                auth,
+            },
+            config.metrics_listen.is_some(),
+        ),
         max,
     );
 

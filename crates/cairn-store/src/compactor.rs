@@ -90,6 +90,7 @@ pub async fn compact_once(store: &Store, retention: Retention) -> Result<bool> {
         return Ok(false);
     }
     store.write(0, move |ctx| ctx.compact_log(target)).await?;
+    crate::telemetry::compact_revision(target);
     tracing::debug!(compact_revision = target, "event log compacted");
     Ok(target == compact + chunk)
 }

@@ -67,6 +67,19 @@ impl Target {
         }
     }
 
+    /// The target's kind, a bounded metrics label (never an id).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Target::Session(_) => "session",
+            Target::Tree(_) => "tree",
+            Target::Agent(_) => "agent",
+            Target::Sessions(_) => "sessions",
+            Target::Trees(_) => "trees",
+            Target::All => "all",
+            Target::Principals => "principals",
+        }
+    }
+
     /// The hub index keys this target is filed under.
     fn keys(&self) -> Vec<Key> {
         match self {
@@ -217,6 +230,8 @@ impl Hub {
         for key in &keys {
             reg.list_mut(key).push(Arc::clone(&slot));
         }
+        let kind = target.kind();
+        crate::telemetry::watch_opened(kind);
         let at = self.dispatched();
         drop(reg);
         (
@@ -224,6 +239,7 @@ impl Hub {
                 hub: Arc::clone(self),
                 slot,
                 keys,
+                kind,
                 rx,
                 closing: self.closing.subscribe(),
             },
@@ -301,6 +317,8 @@ pub struct Subscription {
     hub: Arc<Hub>,
     slot: Arc<Slot>,
     keys: Vec<Key>,
+    /// The target's kind, for the open-streams gauge.
+    kind: &'static str,
     rx: mpsc::Receiver<Arc<Revision>>,
     closing: tokio::sync::watch::Receiver<bool>,
 }
@@ -349,6 +367,7 @@ impl Subscription {
     /// Clears the overflow and returns the revision from which the hub
     /// sends again (exclusive): everything up to it is in the log.
     pub fn resync(&self) -> u64 {
+        crate::telemetry::resync();
         self.hub.resync(&self.slot)
     }
 
@@ -360,6 +379,7 @@ impl Subscription {
 
 impl Drop for Subscription {
     fn drop(&mut self) {
+        crate::telemetry::watch_closed(self.kind);
         self.hub.unsubscribe(&self.slot, &self.keys);
     }
 }

@@ -18,7 +18,8 @@
 //! - [`records`]: what is stored and what the log carries;
 //! - [`hub`]: fan-out of committed revisions to watchers;
 //! - [`cache`]: the hot plans, answered from memory;
-//! - [`compactor`]: trimming the log; [`health`]: whether the store serves.
+//! - [`compactor`]: trimming the log; [`health`]: whether the store serves;
+//! - [`telemetry`]: the store's metrics (commits, revisions, watch streams).
 //!
 //! Every mutation gets its own revision (+1, store-wide) and one log entry
 //! holding all of its events, written in the same transaction as the data,
@@ -39,6 +40,7 @@ pub mod ops;
 pub mod records;
 pub mod seam;
 pub mod store;
+pub mod telemetry;
 
 pub use clock::now_micros;
 pub use embedded::StoreOptions;

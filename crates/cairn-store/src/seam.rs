@@ -230,6 +230,10 @@ pub trait Backend: Send + Sync + 'static {
     fn condition(&self) -> watch::Receiver<Condition>;
     /// Where the data lives, for logs and messages.
     fn describe(&self) -> String;
+    /// Bytes the data takes on this machine's disk, if it is here.
+    fn bytes(&self) -> Option<u64> {
+        None
+    }
     /// Names the data in a storage error and notes what the error says
     /// about the engine (corruption turns health `NOT_SERVING` for good).
     fn observe(&self, e: Error) -> Error;

@@ -45,6 +45,11 @@ impl Store {
         self.backend.describe()
     }
 
+    /// Bytes of the database on this machine's disk (the redb file).
+    pub fn bytes(&self) -> Option<u64> {
+        self.backend.bytes()
+    }
+
     /// Last committed revision.
     pub fn revision(&self) -> u64 {
         self.backend.revision()

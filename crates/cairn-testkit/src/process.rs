@@ -15,6 +15,8 @@ pub struct Proc {
     pub addr: String,
     /// The dashboard address, when it serves one.
     pub web: Option<String>,
+    /// The metrics address, when it serves one.
+    pub metrics: Option<String>,
     log: Arc<Mutex<Vec<String>>>,
 }
 
@@ -62,7 +64,7 @@ impl Proc {
             // Keep draining the pipe so the server never blocks on stderr.
             std::thread::spawn(move || {
                 for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                    for key in ["listen=", "web_listen="] {
+                    for key in ["listen=", "web_listen=", "metrics_listen="] {
                         if let Some(rest) = line.split(&format!(" {key}")).nth(1) {
                             let addr = rest.split_whitespace().next().unwrap_or_default();
                             let _ = tx.send((key, addr.to_owned()));
@@ -75,20 +77,26 @@ impl Proc {
         let deadline = Instant::now() + Duration::from_secs(60);
         let mut addr = None;
         let mut web = None;
+        let mut metrics = None;
         let wants_web = format!("{cmd:?}").contains("--web-listen");
+        let wants_metrics = format!("{cmd:?}").contains("--metrics-listen");
         while Instant::now() < deadline {
             if let Ok((key, a)) = rx.recv_timeout(Duration::from_millis(50)) {
-                if key == "listen=" {
-                    addr = Some(a);
-                } else {
-                    web = Some(a);
+                match key {
+                    "listen=" => addr = Some(a),
+                    "web_listen=" => web = Some(a),
+                    _ => metrics = Some(a),
                 }
             }
-            if addr.is_some() && (!wants_web || web.is_some()) {
+            if addr.is_some()
+                && (!wants_web || web.is_some())
+                && (!wants_metrics || metrics.is_some())
+            {
                 return Ok(Proc {
                     child,
                     addr: addr.unwrap_or_default(),
                     web,
+                    metrics,
                     log,
                 });
             }

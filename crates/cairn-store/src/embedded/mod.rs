@@ -229,6 +229,10 @@ impl Backend for Embedded {
         self.path.display().to_string()
     }
 
+    fn bytes(&self) -> Option<u64> {
+        std::fs::metadata(&self.path).ok().map(|m| m.len())
+    }
+
     fn observe(&self, e: Error) -> Error {
         self.health.observe(e)
     }

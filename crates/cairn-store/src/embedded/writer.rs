@@ -141,10 +141,14 @@ impl Writer {
                 if failure.is_none() {
                     if staged.is_empty() && !maintenance {
                         let _ = txn.abort();
-                    } else if let Err(e) =
-                        guard(|| txn.commit().map_err(|e| Error::from(Db::from(e))))
-                    {
-                        failure = Some(e);
+                    } else {
+                        // The commit includes its fsync (Durability::Immediate).
+                        let started = std::time::Instant::now();
+                        if let Err(e) = guard(|| txn.commit().map_err(|e| Error::from(Db::from(e))))
+                        {
+                            failure = Some(e);
+                        }
+                        crate::telemetry::commit(staged.len(), started.elapsed());
                     }
                 } else {
                     let _ = guard(|| txn.abort().map_err(|e| Error::from(Db::from(e))));
@@ -162,6 +166,7 @@ impl Writer {
             Err(e)
         } else {
             self.revision.store(end, Ordering::Release);
+            crate::telemetry::revision(end);
             // Never blocks: a watcher whose buffer is full is told to catch up
             // from the log instead.
             self.hub.dispatch(&staged);
