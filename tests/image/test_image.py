@@ -1,0 +1,135 @@
+"""The container image, built and started for real: a Debian base made with
+debootstrap from the machine's apt mirror (no image can be pulled here),
+the runtime stage of deploy/Dockerfile built by buildah around the binary
+CI built, then started and called over gRPC.
+
+Needs root, buildah and debootstrap (`.ci/run` installs them); CAIRN_BIN is
+the binary to put in the image (glibc of this machine: the base is the
+same Debian release)."""
+
+import os
+import pathlib
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+ENV = {**os.environ, "STORAGE_DRIVER": "vfs", "BUILDAH_ISOLATION": "chroot"}
+BASE = "localhost/cairn-debian-base:ci"
+IMAGE = "localhost/cairn:ci"
+TOKEN = "image-admin-token-0123456789abcdef"
+
+
+def _run(*args, **kw):
+    return subprocess.run(args, env=ENV, check=True, capture_output=True, text=True, **kw).stdout.strip()
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _codename():
+    for line in pathlib.Path("/etc/os-release").read_text().splitlines():
+        if line.startswith("VERSION_CODENAME="):
+            return line.split("=", 1)[1].strip('"')
+    return "bookworm"
+
+
+def _mirror():
+    for f in pathlib.Path("/etc/apt/sources.list.d").glob("*.sources"):
+        for line in f.read_text().splitlines():
+            if line.startswith("URIs:") and "security" not in line:
+                return line.split()[1]
+    return "http://deb.debian.org/debian"
+
+
+@pytest.fixture(scope="module")
+def image():
+    binary = os.environ.get("CAIRN_BIN") or str(ROOT / "target" / "debug" / "cairn")
+    images = _run("buildah", "images", "--format", "{{.Name}}:{{.Tag}}")
+    if BASE not in images.split():
+        rootfs = tempfile.mkdtemp(prefix="cairn-rootfs-")
+        _run("debootstrap", "--variant=minbase", _codename(), rootfs, _mirror())
+        ctr = _run("buildah", "from", "scratch")
+        _run("buildah", "copy", ctr, rootfs, "/")
+        _run("buildah", "commit", "-q", ctr, BASE)
+        _run("buildah", "rm", ctr)
+        shutil.rmtree(rootfs, ignore_errors=True)
+    ctx = tempfile.mkdtemp(prefix="cairn-image-")
+    shutil.copy(binary, pathlib.Path(ctx) / "cairn")
+    _run(
+        "buildah", "build", "-q",
+        "-f", str(ROOT / "deploy" / "Dockerfile"),
+        "--target", "runtime-prebuilt",
+        "--build-arg", f"RUNTIME_IMAGE={BASE}",
+        "--build-arg", "BINARY=cairn",
+        "-t", IMAGE, ctx,
+    )
+    shutil.rmtree(ctx, ignore_errors=True)
+    return IMAGE
+
+
+def test_the_image_starts_answers_health_and_requires_a_token(image):
+    secrets = tempfile.mkdtemp(prefix="cairn-secrets-")
+    token = pathlib.Path(secrets, "cairn-admin-token")
+    token.write_text(TOKEN + "\n")
+    # Readable by the image's user only, as a secret mounted for it would be.
+    os.chmod(secrets, 0o755)
+    os.chown(token, 10001, 10001)
+    os.chmod(token, 0o400)
+    port = _free_port()
+    ctr = _run("buildah", "from", image)
+    # The image's own configuration (0.0.0.0, token auth, the admin token
+    # from the mounted secret, /data); only the port moves, to a free one.
+    proc = subprocess.Popen(
+        ["buildah", "run", "--env", f"CAIRN_LISTEN=0.0.0.0:{port}",
+         "--env", f"CAIRN_WEB_LISTEN=127.0.0.1:{_free_port()}",
+         "--env", f"CAIRN_METRICS_LISTEN=127.0.0.1:{_free_port()}",
+         "-v", f"{secrets}:/run/secrets:ro", ctr, "--", "/usr/local/bin/cairn", "serve"],
+        env=ENV, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+        try:
+            grpc.channel_ready_future(channel).result(timeout=60)
+        except grpc.FutureTimeoutError:
+            proc.kill()
+            pytest.fail(f"the container did not serve:\n{proc.communicate(timeout=10)[1]}")
+        status = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=10).status
+        assert status == health_pb2.HealthCheckResponse.SERVING
+
+        # Beyond loopback with authentication on: no token, no answer.
+        from cairn.v1 import auth_pb2, auth_pb2_grpc
+
+        stub = auth_pb2_grpc.AuthServiceStub(channel)
+        with pytest.raises(grpc.RpcError) as e:
+            stub.WhoAmI(auth_pb2.WhoAmIRequest(), timeout=10)
+        assert e.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        me = stub.WhoAmI(auth_pb2.WhoAmIRequest(), metadata=(("authorization", f"Bearer {TOKEN}"),), timeout=10)
+        assert me.principal.principal_id
+
+        # Not root: the server process runs as the image's user.
+        pid = subprocess.run(["pgrep", "-x", "cairn"], capture_output=True, text=True).stdout.split()
+        uids = {
+            pathlib.Path(f"/proc/{p}/status").read_text().split("Uid:")[1].split()[0]
+            for p in pid
+        }
+        assert uids == {"10001"}, uids
+        channel.close()
+    finally:
+        subprocess.run(["pkill", "-TERM", "-f", f"CAIRN_LISTEN=0.0.0.0:{port}"], env=ENV)
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        subprocess.run(["pkill", "-f", "/usr/local/bin/cairn serve"], env=ENV)
+        _run("buildah", "rm", ctr)
