@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use prost::Message;
 
 const PROTOS: &[&str] = &[
+    "cairn/v1/admin.proto",
     "cairn/v1/auth.proto",
     "cairn/v1/session.proto",
     "cairn/v1/plan.proto",

@@ -71,6 +71,13 @@ pub enum Command {
         #[command(flatten)]
         client: cairn_client::cli::ClientArgs,
     },
+    /// The store itself: a consistent online backup (admin only).
+    Admin {
+        #[command(subcommand)]
+        cmd: cairn_client::cli::AdminCmd,
+        #[command(flatten)]
+        client: cairn_client::cli::ClientArgs,
+    },
     /// Principals and their tokens (admin only, except `whoami`).
     Principal {
         #[command(subcommand)]

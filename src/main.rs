@@ -47,6 +47,7 @@ async fn main() -> ExitCode {
         Command::Session { cmd, client } => finish(cairn_client::cli::session(&client, cmd).await),
         Command::Plan { cmd, client } => finish(cairn_client::cli::plan(&client, cmd).await),
         Command::Todo { cmd, client } => finish(cairn_client::cli::todo(&client, cmd).await),
+        Command::Admin { cmd, client } => finish(cairn_client::cli::admin(&client, cmd).await),
         Command::Principal { cmd, client } => {
             finish(cairn_client::cli::principal(&client, cmd).await)
         }

@@ -7,6 +7,7 @@
 // best as one long story.
 #![allow(clippy::unwrap_used, clippy::too_many_lines)]
 
+mod backup;
 mod bounds;
 mod cli;
 mod connections;

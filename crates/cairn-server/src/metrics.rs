@@ -119,6 +119,7 @@ pub async fn bind(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> 
 
 /// The services whose methods are labels; anything else is `unknown`.
 const SERVICES: &[&str] = &[
+    "cairn.v1.AdminService",
     "cairn.v1.AuthService",
     "cairn.v1.SessionService",
     "cairn.v1.PlanService",

@@ -132,6 +132,7 @@ pub enum ServeError {
 /// The names health reports per service.
 const SERVICES: &[&str] = &[
     "",
+    "cairn.v1.AdminService",
     "cairn.v1.AuthService",
     "cairn.v1.SessionService",
     "cairn.v1.PlanService",
@@ -393,6 +394,12 @@ fn api_routes(
         .add_service(
             pb::auth_service_server::AuthServiceServer::new(AuthApi::new(state.clone()))
                 .max_decoding_message_size(max),
+        )
+        .add_service(
+            pb::admin_service_server::AdminServiceServer::new(
+                crate::services::admin::AdminApi::new(state.clone()),
+            )
+            .max_decoding_message_size(max),
         )
         .prepare())
 }

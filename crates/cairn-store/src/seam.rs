@@ -230,6 +230,14 @@ pub trait Backend: Send + Sync + 'static {
     fn condition(&self) -> watch::Receiver<Condition>;
     /// Where the data lives, for logs and messages.
     fn describe(&self) -> String;
+    /// Writes a consistent online copy of the whole store, taken from one
+    /// snapshot, as a new file at `dest`; returns the revision it holds.
+    /// Blocking: call off the async workers.
+    fn backup(&self, _dest: &std::path::Path) -> Result<u64> {
+        Err(Error::Unavailable(
+            "this backend has no file to copy: back up its cluster with its own tools".into(),
+        ))
+    }
     /// Bytes the data takes on this machine's disk, if it is here.
     fn bytes(&self) -> Option<u64> {
         None

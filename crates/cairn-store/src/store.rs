@@ -45,6 +45,17 @@ impl Store {
         self.backend.describe()
     }
 
+    /// A consistent online copy of the store as a new database file at
+    /// `dest`, taken from one snapshot while writes go on; the revision it
+    /// holds.
+    pub async fn backup(&self, dest: std::path::PathBuf) -> Result<u64> {
+        let backend = Arc::clone(&self.backend);
+        tokio::task::spawn_blocking(move || backend.backup(&dest))
+            .await
+            .map_err(|e| Error::Internal(format!("backup task: {e}")))?
+            .map_err(|e| self.backend.observe(e))
+    }
+
     /// Bytes of the database on this machine's disk (the redb file).
     pub fn bytes(&self) -> Option<u64> {
         self.backend.bytes()

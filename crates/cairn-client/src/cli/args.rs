@@ -155,6 +155,19 @@ pub struct WaitArgs {
     pub timeout: Duration,
 }
 
+/// `cairn admin …` (admin only).
+#[derive(Debug, Clone, Subcommand)]
+pub enum AdminCmd {
+    /// A consistent online copy of the whole store (redb backend), taken
+    /// while the server keeps writing; save it as `cairn.redb` in an empty
+    /// data directory to restore.
+    Backup {
+        /// File to write (must not exist yet).
+        #[arg(long)]
+        out: std::path::PathBuf,
+    },
+}
+
 /// `cairn principal …` (admin only, except `whoami`).
 #[derive(Debug, Clone, Subcommand)]
 pub enum PrincipalCmd {

@@ -9,6 +9,7 @@
 //! - [`io`]: reading input, printing (escaped) output;
 //! - [`render`]: terminal rendering, pure.
 
+mod admin;
 mod args;
 mod board;
 mod commands;
@@ -16,8 +17,9 @@ mod io;
 mod principals;
 pub mod render;
 
+pub use admin::admin;
 pub use args::{
-    ClientArgs, Output, PlanCmd, PrincipalCmd, SessionCmd, TodoCmd, WaitArgs, WatchArgs,
+    AdminCmd, ClientArgs, Output, PlanCmd, PrincipalCmd, SessionCmd, TodoCmd, WaitArgs, WatchArgs,
 };
 pub use board::watch;
 pub use commands::{plan, session, todo, wait};

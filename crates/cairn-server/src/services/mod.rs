@@ -4,6 +4,7 @@
 //! function that speaks core types and returns `cairn_core::error::Result`,
 //! and maps the error once through [`crate::status::status`].
 
+pub mod admin;
 pub mod auth;
 pub mod plan;
 pub mod session;

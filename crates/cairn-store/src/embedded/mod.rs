@@ -229,6 +229,20 @@ impl Backend for Embedded {
         self.path.display().to_string()
     }
 
+    fn backup(&self, dest: &std::path::Path) -> Result<u64> {
+        let db = self
+            .db
+            .get()
+            .ok_or_else(|| Error::Unavailable("the database is being reopened".into()))?;
+        guard(|| {
+            // A read transaction: a snapshot that writers never wait for.
+            let txn = db
+                .begin_read()
+                .map_err(|e| Error::from(tables::Db::from(e)))?;
+            tables::backup(&txn, dest)
+        })
+    }
+
     fn bytes(&self) -> Option<u64> {
         std::fs::metadata(&self.path).ok().map(|m| m.len())
     }

@@ -731,3 +731,50 @@ impl WriteView for RedbWrite<'_> {
         })
     }
 }
+
+/// Copies one table from a snapshot into a new file's transaction.
+fn copy_table<K: redb::Key + 'static, V: redb::Value + 'static>(
+    from: &ReadTransaction,
+    to: &WriteTransaction,
+    def: TableDefinition<'static, K, V>,
+) -> std::result::Result<(), Db> {
+    let source = match from.open_table(def) {
+        Ok(t) => t,
+        Err(redb::TableError::TableDoesNotExist(_)) => return Ok(()),
+        Err(e) => return Err(e.into()),
+    };
+    let mut target = to.open_table(def)?;
+    for entry in source.iter()? {
+        let (k, v) = entry?;
+        target.insert(k.value(), v.value())?;
+    }
+    Ok(())
+}
+
+/// Writes a consistent copy of the store, as of the snapshot `from`, into
+/// a new database file at `dest` (which must not exist), durably. Returns
+/// the revision the copy holds.
+pub fn backup(from: &ReadTransaction, dest: &std::path::Path) -> Result<u64> {
+    let revision = RedbView(from).revision()?;
+    let out = Database::builder()
+        .create(dest)
+        .map_err(|e| Error::Storage(format!("create {}: {e}", dest.display())))?;
+    db(|| {
+        let mut txn = out.begin_write()?;
+        txn.set_durability(redb::Durability::Immediate)
+            .map_err(|e| Db(Error::Storage(e.to_string())))?;
+        copy_table(from, &txn, META)?;
+        copy_table(from, &txn, SESSIONS)?;
+        copy_table(from, &txn, CHILDREN)?;
+        copy_table(from, &txn, PLANS)?;
+        copy_table(from, &txn, HISTORY)?;
+        copy_table(from, &txn, TODOS)?;
+        copy_table(from, &txn, EVENTS)?;
+        copy_table(from, &txn, AGENT_SESSIONS)?;
+        copy_table(from, &txn, PRINCIPALS)?;
+        copy_table(from, &txn, TOKENS)?;
+        txn.commit()?;
+        Ok(())
+    })?;
+    Ok(revision)
+}
