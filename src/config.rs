@@ -28,6 +28,10 @@ pub struct Cli {
     /// Log filter, in `tracing` env-filter syntax (e.g. `info,cairn=debug`).
     #[arg(long, env = "CAIRN_LOG", default_value = "info", global = true)]
     pub log: String,
+    /// OTLP/gRPC collector to send trace spans to (e.g.
+    /// `http://127.0.0.1:4317`); off unless set. The standard variable.
+    #[arg(long, env = "OTEL_EXPORTER_OTLP_ENDPOINT", global = true)]
+    pub otlp_endpoint: Option<String>,
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
@@ -355,6 +359,8 @@ impl ServeArgs {
             // Wired by `main`, which knows the bound listener.
             web_extra: None,
             metrics_listen: self.metrics_listen,
+            // Set by `main` when spans are exported.
+            trace_context: false,
         }
     }
 }

@@ -24,7 +24,17 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_tracing(cli.log_format, &cli.log);
+    let exporter = init_tracing(cli.log_format, &cli.log, cli.otlp_endpoint.as_deref());
+    let traced = exporter.is_some();
+    let code = run(cli, traced).await;
+    if let Some(provider) = exporter {
+        // Spans still batched go out before the process ends.
+        let _ = provider.shutdown();
+    }
+    code
+}
+
+async fn run(cli: Cli, traced: bool) -> ExitCode {
     match cli.command {
         Command::Serve(args) => {
             let listener = match tokio::net::TcpListener::bind(args.listen).await {
@@ -36,6 +46,7 @@ async fn main() -> ExitCode {
             };
             let mut config = args.server_config();
             config.web_extra = mcp_over_http(&args, &listener);
+            config.trace_context = traced;
             match cairn_server::serve(listener, config, shutdown_signal()).await {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
@@ -81,18 +92,72 @@ fn finish(result: Result<(), Box<dyn std::error::Error + Send + Sync>>) -> ExitC
     }
 }
 
-fn init_tracing(format: LogFormat, filter: &str) {
+/// Logs to stderr, and, with an OTLP endpoint, spans to the collector.
+/// Returns the trace pipeline to flush at exit.
+fn init_tracing(
+    format: LogFormat,
+    filter: &str,
+    otlp: Option<&str>,
+) -> Option<opentelemetry_sdk::trace::SdkTracerProvider> {
+    use tracing_subscriber::Layer as _;
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
+
     let filter = EnvFilter::try_new(filter).unwrap_or_else(|_| EnvFilter::new("info"));
     // Colour only for a person at a terminal, never in files or collectors.
     let ansi = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let fmt = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .with_ansi(ansi);
-    match format {
-        LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().init(),
+    let fmt = match format {
+        LogFormat::Text => fmt.boxed(),
+        LogFormat::Json => fmt.json().boxed(),
+    };
+    let (otel, provider) = match otlp.map(trace_pipeline) {
+        Some(Ok(provider)) => {
+            use opentelemetry::trace::TracerProvider as _;
+            let tracer = provider.tracer("cairn");
+            (
+                Some(tracing_opentelemetry::layer().with_tracer(tracer)),
+                Some(provider),
+            )
+        }
+        Some(Err(e)) => {
+            eprintln!("OTLP exporter not started: {e}");
+            (None, None)
+        }
+        None => (None, None),
+    };
+    tracing_subscriber::registry()
+        .with(filter)
+        .with(fmt)
+        .with(otel)
+        .init();
+    if provider.is_some() {
+        // An incoming `traceparent` continues the caller's trace.
+        opentelemetry::global::set_text_map_propagator(
+            opentelemetry_sdk::propagation::TraceContextPropagator::new(),
+        );
     }
+    provider
+}
+
+/// Spans in batches over OTLP/gRPC to `endpoint`.
+fn trace_pipeline(
+    endpoint: &str,
+) -> Result<opentelemetry_sdk::trace::SdkTracerProvider, Box<dyn std::error::Error>> {
+    use opentelemetry_otlp::WithExportConfig as _;
+    let exporter = opentelemetry_otlp::SpanExporter::builder()
+        .with_tonic()
+        .with_endpoint(endpoint)
+        .build()?;
+    let resource = opentelemetry_sdk::Resource::builder()
+        .with_service_name("cairn")
+        .build();
+    Ok(opentelemetry_sdk::trace::SdkTracerProvider::builder()
+        .with_batch_exporter(exporter)
+        .with_resource(resource)
+        .build())
 }
 
 /// Completes on SIGINT or SIGTERM.

@@ -176,7 +176,7 @@ fn run_write(inner: &Inner, mut job: WriteJob) {
             Ok(s) => s,
             Err(e) => {
                 let (finish, _) = job(None);
-                finish(&Err(e));
+                finish(&Err(e), 1);
                 return;
             }
         };
@@ -185,12 +185,12 @@ fn run_write(inner: &Inner, mut job: WriteJob) {
             job(Some(&mut ctx))
         };
         if let Some(e) = poisoned {
-            finish(&Err(e));
+            finish(&Err(e), 1);
             return;
         }
         if !view.has_changes() {
             // Refused before writing, or nothing to change: answered as is.
-            finish(&Ok(()));
+            finish(&Ok(()), 1);
             return;
         }
         let committed = view
@@ -199,7 +199,7 @@ fn run_write(inner: &Inner, mut job: WriteJob) {
         let resp = match committed {
             Ok(resp) => resp,
             Err(e) => {
-                finish(&Err(e));
+                finish(&Err(e), 1);
                 return;
             }
         };
@@ -208,9 +208,12 @@ fn run_write(inner: &Inner, mut job: WriteJob) {
             drop(finish);
             if attempt >= inner.opts.max_attempts {
                 let (finish, _) = job(None);
-                finish(&Err(Error::Unavailable(format!(
-                    "gave up after {attempt} attempts: other writers kept changing what this mutation reads"
-                ))));
+                finish(
+                    &Err(Error::Unavailable(format!(
+                        "gave up after {attempt} attempts: other writers kept changing what this mutation reads"
+                    ))),
+                    1,
+                );
                 return;
             }
             std::thread::sleep(Duration::from_micros(
@@ -235,7 +238,7 @@ fn run_write(inner: &Inner, mut job: WriteJob) {
             let mut ctx = Ctx::new(replay, now, revision.saturating_sub(1), &mut staged);
             job(Some(&mut ctx))
         };
-        finish(&Ok(()));
+        finish(&Ok(()), 1);
         if let Some(upto) = compact_to {
             // etcd keeps revision upto + 1 and everything after it.
             let to = i64::try_from(upto + 1).unwrap_or(i64::MAX);

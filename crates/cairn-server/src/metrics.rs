@@ -306,6 +306,38 @@ where
     }
 }
 
+/// Reads W3C trace context from a request's headers.
+struct Headers<'a>(&'a http::HeaderMap);
+
+impl opentelemetry::propagation::Extractor for Headers<'_> {
+    fn get(&self, key: &str) -> Option<&str> {
+        self.0.get(key).and_then(|v| v.to_str().ok())
+    }
+
+    fn keys(&self) -> Vec<&str> {
+        self.0.keys().map(http::HeaderName::as_str).collect()
+    }
+}
+
+/// The span of one call, a child of the caller's trace when the request
+/// carries `traceparent`. Named by bounded labels, never by ids.
+pub fn rpc_span<B>(req: &Request<B>) -> tracing::Span {
+    use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+    let (service, method) = labels(req.uri().path());
+    let span = tracing::info_span!(
+        "rpc",
+        otel.name = %format!("{service}/{method}"),
+        otel.kind = "server",
+        rpc.system = "grpc",
+        rpc.service = service,
+        rpc.method = %method,
+    );
+    let parent =
+        opentelemetry::global::get_text_map_propagator(|p| p.extract(&Headers(req.headers())));
+    let _ = span.set_parent(parent);
+    span
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -68,6 +68,9 @@ pub struct ServerConfig {
     pub allow_unauthenticated: bool,
     /// TLS for both listeners; plaintext when unset.
     pub tls: Option<TlsFiles>,
+    /// Trace spans are exported (OTLP): each call's span continues the
+    /// caller's trace from its `traceparent` metadata.
+    pub trace_context: bool,
     /// Address of the Prometheus `/metrics` listener; off when unset.
     pub metrics_listen: Option<std::net::SocketAddr>,
     /// More routes on the web listener, outside the dashboard's cookie and
@@ -105,6 +108,7 @@ impl ServerConfig {
             tls: None,
             web_extra: None,
             metrics_listen: None,
+            trace_context: false,
         }
     }
 }
@@ -307,6 +311,7 @@ pub async fn serve_store(
             Edge {
                 inner: tonic_web::GrpcWebLayer::new().layer(routes),
                 auth,
+                traced: config.trace_context,
             },
             config.metrics_listen.is_some(),
         ),
@@ -419,6 +424,8 @@ fn web_router(web: crate::web::Web, extra: Option<&WebRoutes>) -> axum::Router {
 struct Edge<S> {
     inner: S,
     auth: Arc<Auth>,
+    /// Spans are exported: continue the caller's trace (`traceparent`).
+    traced: bool,
 }
 
 /// Calls anyone may make: probes and API discovery.
@@ -458,6 +465,7 @@ where
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let auth = Arc::clone(&self.auth);
+        let traced = self.traced;
         Box::pin(async move {
             if !is_open_path(req.uri().path()) {
                 let header = req
@@ -471,7 +479,12 @@ where
                     Err(e) => return Ok(crate::status::status(e).into_http()),
                 }
             }
-            let fut = inner.call(req);
+            let span = if traced {
+                crate::metrics::rpc_span(&req)
+            } else {
+                tracing::Span::none()
+            };
+            let fut = tracing::Instrument::instrument(inner.call(req), span);
             let response = match deadline {
                 Some(d) => match tokio::time::timeout(d, fut).await {
                     Ok(r) => r?,

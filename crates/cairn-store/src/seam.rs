@@ -204,8 +204,9 @@ impl<'a> Ctx<'a> {
 pub type ReadJob = Box<dyn FnOnce(&dyn ReadView) + Send>;
 
 /// Called once a write's batch is settled: `Ok` once the commit holding it
-/// is durable, or the error that failed the batch.
-pub type Finisher = Box<dyn FnOnce(&Result<()>) + Send>;
+/// is durable, or the error that failed the batch; and how many mutations
+/// that commit carried (for the commit span).
+pub type Finisher = Box<dyn FnOnce(&Result<()>, usize) + Send>;
 
 /// A write as an engine runs it. It may run more than once (an engine with
 /// optimistic transactions retries on conflict); it gets the transaction,

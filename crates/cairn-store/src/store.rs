@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use cairn_core::error::{Error, Result};
 use tokio::sync::oneshot;
+use tracing::Instrument as _;
 
 use crate::embedded::{Embedded, StoreOptions};
 use crate::health::{Condition, guard};
@@ -114,9 +115,9 @@ impl Store {
                 _ => None,
             };
             let tx = Arc::clone(&tx);
-            let finish: Finisher = Box::new(move |commit: &Result<()>| {
+            let finish: Finisher = Box::new(move |commit: &Result<()>, batch: usize| {
                 let reply = match (commit, out) {
-                    (Ok(()), out) => out,
+                    (Ok(()), out) => out.map(|t| (t, batch)),
                     (Err(e), _) => Err(e.clone()),
                 };
                 // The caller may have gone away; the mutation stands anyway.
@@ -130,10 +131,22 @@ impl Store {
             });
             (finish, poisons_batch)
         });
-        self.backend.write(job, bytes).await?;
-        rx.await
-            .map_err(|_| Error::ShuttingDown)?
-            .map_err(|e| self.backend.observe(e))
+        // The wait for the durable commit, as a child of the caller's span
+        // (an RPC's, so a trace shows where a slow write waited).
+        let span = tracing::info_span!("commit", batch_size = tracing::field::Empty);
+        let waited = async {
+            self.backend.write(job, bytes).await?;
+            rx.await.map_err(|_| Error::ShuttingDown)?
+        }
+        .instrument(span.clone())
+        .await;
+        match waited {
+            Ok((out, batch)) => {
+                span.record("batch_size", i64::try_from(batch).unwrap_or(i64::MAX));
+                Ok(out)
+            }
+            Err(e) => Err(self.backend.observe(e)),
+        }
     }
 
     /// Runs `f` on a read snapshot, off the async workers. Reads that

@@ -172,8 +172,9 @@ impl Writer {
             self.hub.dispatch(&staged);
             Ok(())
         };
+        let batch = staged.len();
         for finish in finishers {
-            finish(&outcome);
+            finish(&outcome, batch);
         }
         failure
     }
@@ -190,7 +191,7 @@ impl Writer {
             // Callers get the reason at once rather than a hung request.
             loop {
                 match rx.try_recv() {
-                    Ok(Job::Apply(mut op, _)) => op(None).0(&Err(error.clone())),
+                    Ok(Job::Apply(mut op, _)) => op(None).0(&Err(error.clone()), 0),
                     Ok(Job::Shutdown) | Err(mpsc::error::TryRecvError::Disconnected) => {
                         return false;
                     }
