@@ -68,6 +68,21 @@ impl EtcdOptions {
     }
 }
 
+/// The engine's own runtime: etcd's connections, the log watch and the
+/// blocking threads the views wait on live here, whatever runtime (and
+/// flavour) the caller runs on — a view's `block_on` needs a runtime whose
+/// timers and sockets other threads drive.
+struct OwnRuntime(Option<tokio::runtime::Runtime>);
+
+impl Drop for OwnRuntime {
+    fn drop(&mut self) {
+        if let Some(rt) = self.0.take() {
+            // Never blocks: may run inside another runtime's task.
+            rt.shutdown_background();
+        }
+    }
+}
+
 /// What the engine's parts share.
 pub struct Inner {
     pub(crate) client: Client,
@@ -81,6 +96,8 @@ pub struct Inner {
     writes: Arc<Semaphore>,
     last_now: Mutex<Micros>,
     opts: EtcdOptions,
+    /// Owns what `rt` runs on; last, so it goes after everything using it.
+    _runtime: OwnRuntime,
 }
 
 impl Inner {
@@ -124,16 +141,33 @@ pub async fn open(opts: &EtcdOptions) -> Result<Store> {
             description: format!("{:?} must end with '/'", opts.prefix),
         });
     }
-    let client = Client::new(&opts.connection)?;
-    client.authenticate().await?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("cairn-etcd")
+        .enable_all()
+        .build()
+        .map_err(|e| Error::Internal(format!("etcd runtime: {e}")))?;
+    let rt = runtime.handle().clone();
+    let runtime = OwnRuntime(Some(runtime));
+    let client = {
+        // The channel's connections are tasks of the engine's runtime.
+        let _entered = rt.enter();
+        Client::new(&opts.connection)?
+    };
     let keys = Keys::new(&opts.prefix);
-    let head = client
-        .range(RangeRequest {
-            key: keys.log(),
-            keys_only: true,
-            ..RangeRequest::default()
+    let (c, key) = (client.clone(), keys.log());
+    let head = rt
+        .spawn(async move {
+            c.authenticate().await?;
+            c.range(RangeRequest {
+                key,
+                keys_only: true,
+                ..RangeRequest::default()
+            })
+            .await
         })
-        .await?;
+        .await
+        .map_err(|e| Error::Internal(format!("etcd open: {e}")))??;
     // Dispatched so far: the last logged revision (0 on an empty
     // deployment); the log watch starts right after it.
     let start = head.kvs.first().map_or(0, |kv| kv.mod_revision);
@@ -146,15 +180,16 @@ pub async fn open(opts: &EtcdOptions) -> Result<Store> {
         client,
         keys,
         hub: Arc::clone(&hub),
-        rt: Handle::current(),
+        rt: rt.clone(),
         revision: AtomicU64::new(start_u),
         closed: AtomicBool::new(false),
         close_signal: Notify::new(),
         writes: Arc::new(Semaphore::new(opts.max_in_flight.max(1))),
         last_now: Mutex::new(0),
         opts: opts.clone(),
+        _runtime: runtime,
     });
-    let follower = tokio::spawn(crate::follow::follow(Arc::clone(&inner), start + 1));
+    let follower = rt.spawn(crate::follow::follow(Arc::clone(&inner), start + 1));
     tracing::info!(endpoints = %inner.client.describe(), prefix = %opts.prefix, revision = start, "etcd store open");
     let engine = Etcd {
         inner,
@@ -283,7 +318,7 @@ impl Backend for Etcd {
                 .await
                 .map_err(|_| Error::ShuttingDown)?;
             let inner = Arc::clone(&self.inner);
-            let done = tokio::task::spawn_blocking(move || {
+            let done = self.inner.rt.spawn_blocking(move || {
                 let _permit = permit;
                 // A panic is the job's own (caught inside it); this guards
                 // the engine's code around it.
