@@ -117,6 +117,30 @@ pub async fn history(
     max_bytes: usize,
     current: u64,
 ) -> Result<Vec<Revision>> {
+    // Bounded as a whole, not only per message: a read never hangs.
+    let budget = client.timeout() * 2;
+    tokio::time::timeout(
+        budget,
+        history_unbounded(client, key, from, upto, limit, max_bytes, current),
+    )
+    .await
+    .map_err(|_| {
+        Error::Unavailable(format!(
+            "{} did not replay revisions {from}..={upto} within {budget:?}",
+            client.describe()
+        ))
+    })?
+}
+
+async fn history_unbounded(
+    client: &Client,
+    key: Vec<u8>,
+    from: i64,
+    upto: i64,
+    limit: usize,
+    max_bytes: usize,
+    current: u64,
+) -> Result<Vec<Revision>> {
     let (_keep, mut stream) = open_watch_retrying(client, &key, from).await?;
     let mut out = Vec::new();
     let mut bytes = 0;
