@@ -113,3 +113,40 @@ async fn metrics_move_under_load_with_bounded_labels() {
     drop(stream);
     server.stop().await;
 }
+
+/// The metrics listener is bounded like the others: a client that connects
+/// and sends nothing is closed after the header-read timeout, instead of
+/// holding a connection (and a task) for ever.
+#[tokio::test]
+async fn a_silent_metrics_client_is_closed() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Proc::start(
+        &bin(),
+        dir.path(),
+        &[
+            "--metrics-listen",
+            "127.0.0.1:0",
+            "--header-read-timeout",
+            "1s",
+        ],
+    );
+    let metrics = server.metrics.clone().expect("metrics address logged");
+    let closed = tokio::task::spawn_blocking(move || {
+        let mut s = std::net::TcpStream::connect(&metrics).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
+        let mut buf = [0u8; 64];
+        // EOF (or a reset) once the server gives up on the silent client;
+        // a read timeout means it never did.
+        match s.read(&mut buf) {
+            Ok(_) => true,
+            Err(e) => {
+                e.kind() != std::io::ErrorKind::WouldBlock
+                    && e.kind() != std::io::ErrorKind::TimedOut
+            }
+        }
+    })
+    .await
+    .unwrap();
+    assert!(closed, "the silent connection was still open after 15 s");
+    server.stop().await;
+}

@@ -74,11 +74,14 @@ fn describe() {
     );
 }
 
-/// Serves `GET /metrics` on `listener` until `shutdown`.
+/// Serves `GET /metrics` on `listener` until `shutdown`, with the same
+/// connection bounds as the other listeners (count, header-read and idle
+/// timeouts), so a slow or silent scraper costs no more there than here.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     handle: PrometheusHandle,
     store: Store,
+    limits: crate::conn::ConnLimits,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) {
     let router = Router::new().route(
@@ -102,12 +105,7 @@ pub async fn serve(
             }
         }),
     );
-    if let Err(e) = axum::serve(listener, router)
-        .with_graceful_shutdown(shutdown)
-        .await
-    {
-        tracing::warn!(error = %e, "metrics listener failed");
-    }
+    crate::conn::serve(listener, router, limits, None, "metrics", shutdown).await;
 }
 
 /// Binds the metrics listener, logging where it is.

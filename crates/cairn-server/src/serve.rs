@@ -200,6 +200,7 @@ pub async fn serve(
                     listener,
                     handle,
                     store.clone(),
+                    config.conn,
                     std::future::pending(),
                 ))
             })
