@@ -9,7 +9,8 @@
 //! - [`watch`]: the watch stream (snapshot, replay, live, heartbeats) and
 //!   `Wait`, over the store's hub and log;
 //! - [`auth`]: bearer tokens to principals; [`tls`]: certificates;
-//! - [`web`]: the dashboard (`--web-listen`);
+//! - [`web`]: the dashboard (`--web-listen`); [`site`]: the names and
+//!   origins browsers may reach either listener under (DNS rebinding, CORS);
 //! - [`conn`]: the accept loop and its bounds; [`serve`]: putting it all on
 //!   a listener, health included.
 //!
@@ -23,6 +24,7 @@ pub mod convert;
 pub mod metrics;
 pub mod serve;
 pub mod services;
+pub mod site;
 pub mod status;
 pub mod tls;
 pub mod watch;

@@ -12,11 +12,12 @@
 //! Labels are bounded: a method outside the API is `unknown`, and no label
 //! ever carries a session, agent or principal id.
 
+use std::collections::HashMap;
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::OnceLock;
+use std::sync::{LazyLock, OnceLock};
 use std::task::{Context, Poll};
 use std::time::Instant;
 
@@ -115,35 +116,50 @@ pub async fn bind(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> 
     Ok(listener)
 }
 
-/// The services whose methods are labels; anything else is `unknown`.
-const SERVICES: &[&str] = &[
-    "cairn.v1.AdminService",
-    "cairn.v1.AuthService",
-    "cairn.v1.SessionService",
-    "cairn.v1.PlanService",
-    "cairn.v1.TodoService",
-    "cairn.v1.WatchService",
-    "grpc.health.v1.Health",
-    "grpc.reflection.v1.ServerReflection",
-    "grpc.reflection.v1alpha.ServerReflection",
-];
-
-/// `(service, method)` labels of a path, bounded by the API's services.
-fn labels(path: &str) -> (&'static str, String) {
-    let mut parts = path.trim_start_matches('/').splitn(2, '/');
-    let service = parts.next().unwrap_or_default();
-    let method = parts.next().unwrap_or_default();
-    match SERVICES.iter().find(|s| **s == service) {
-        // Methods are letters only; anything else is not one of ours.
-        Some(s)
-            if !method.is_empty()
-                && method.len() <= 64
-                && method.bytes().all(|b| b.is_ascii_alphabetic()) =>
-        {
-            (s, method.to_owned())
+/// Every `(service, method)` the server answers, read from the descriptor
+/// sets it serves: the API, health and both reflection versions. A label
+/// is one of these or `unknown`, so no caller can mint a series.
+static METHODS: LazyLock<HashMap<String, (&'static str, &'static str)>> = LazyLock::new(|| {
+    let mut methods = HashMap::new();
+    let mut add = |s: &str, m: &str| {
+        // Leaked once per method of a fixed API: labels are `'static`.
+        let service: &'static str = Box::leak(s.to_owned().into_boxed_str());
+        let method: &'static str = Box::leak(m.to_owned().into_boxed_str());
+        methods.insert(format!("{s}/{m}"), (service, method));
+    };
+    for set in [
+        cairn_api::FILE_DESCRIPTOR_SET,
+        tonic_health::pb::FILE_DESCRIPTOR_SET,
+    ] {
+        let Ok(pool) = prost_reflect::DescriptorPool::decode(set) else {
+            continue;
+        };
+        for service in pool.services() {
+            for method in service.methods() {
+                add(service.full_name(), method.name());
+            }
         }
-        _ => ("unknown", "unknown".to_owned()),
     }
+    // Reflection's one method, in both versions (its descriptors are not
+    // exported by tonic-reflection).
+    add(
+        "grpc.reflection.v1.ServerReflection",
+        "ServerReflectionInfo",
+    );
+    add(
+        "grpc.reflection.v1alpha.ServerReflection",
+        "ServerReflectionInfo",
+    );
+    methods
+});
+
+/// `(service, method)` labels of a path: a method the server has, or
+/// `unknown` for both.
+fn labels(path: &str) -> (&'static str, &'static str) {
+    METHODS
+        .get(path.trim_start_matches('/'))
+        .copied()
+        .unwrap_or(("unknown", "unknown"))
 }
 
 fn code_label(code: tonic::Code) -> &'static str {
@@ -177,7 +193,7 @@ fn code_label(code: tonic::Code) -> &'static str {
 /// as `CANCELLED` if the client goes away first).
 struct Call {
     service: &'static str,
-    method: String,
+    method: &'static str,
     start: Instant,
     done: bool,
 }
@@ -191,14 +207,14 @@ impl Call {
         metrics::counter!(
             "cairn_rpc_requests_total",
             "service" => self.service,
-            "method" => self.method.clone(),
+            "method" => self.method,
             "code" => code_label(code),
         )
         .increment(1);
         metrics::histogram!(
             "cairn_rpc_duration_seconds",
             "service" => self.service,
-            "method" => self.method.clone(),
+            "method" => self.method,
         )
         .record(self.start.elapsed().as_secs_f64());
     }
@@ -344,13 +360,34 @@ mod tests {
     fn labels_are_bounded_by_the_api() {
         assert_eq!(
             labels("/cairn.v1.PlanService/UpdatePlan"),
-            ("cairn.v1.PlanService", "UpdatePlan".to_owned())
+            ("cairn.v1.PlanService", "UpdatePlan")
+        );
+        assert_eq!(
+            labels("/grpc.health.v1.Health/Check"),
+            ("grpc.health.v1.Health", "Check")
         );
         assert_eq!(
             labels("/cairn.v1.PlanService/a-session-id"),
-            ("unknown", "unknown".to_owned())
+            ("unknown", "unknown")
         );
-        assert_eq!(labels("/evil/x"), ("unknown", "unknown".to_owned()));
-        assert_eq!(labels("/"), ("unknown", "unknown".to_owned()));
+        assert_eq!(labels("/evil/x"), ("unknown", "unknown"));
+        assert_eq!(labels("/"), ("unknown", "unknown"));
+    }
+
+    /// Item 3 of the second hardening round: any name under a known
+    /// service made a series of its own (23,000 calls, 460,000 series).
+    #[test]
+    fn metric_labels_only_name_methods_of_the_descriptor_set() {
+        for made_up in ["UpdatePlanX", "Zzz", "GetPlanAaaaaaaaaaaaaaaaaa", "Update"] {
+            assert_eq!(
+                labels(&format!("/cairn.v1.PlanService/{made_up}")),
+                ("unknown", "unknown"),
+                "{made_up}"
+            );
+        }
+        assert_eq!(
+            labels("/cairn.v1.WatchService/Watch"),
+            ("cairn.v1.WatchService", "Watch")
+        );
     }
 }

@@ -31,6 +31,7 @@ use crate::services::session::SessionApi;
 use crate::services::todo::TodoApi;
 use crate::services::watch::WatchApi;
 use crate::services::{Policy, State};
+use crate::site::Site;
 use crate::status::ERROR_DOMAIN;
 use crate::tls::{TlsError, TlsFiles};
 
@@ -52,8 +53,9 @@ pub struct ServerConfig {
     pub retention: Retention,
     /// Address of the web dashboard; off when unset.
     pub web_listen: Option<std::net::SocketAddr>,
-    /// Origins (`https://cairn.example.com`) the dashboard accepts besides
-    /// its own listen address.
+    /// Origins (`https://cairn.example.com`) browsers may reach the server
+    /// under besides its listen addresses: their hosts are accepted as
+    /// `Host`, and their pages may call the dashboard, Connect and gRPC-Web.
     pub web_origins: Vec<String>,
     /// Bounds on the connections of both listeners.
     pub conn: ConnLimits,
@@ -307,22 +309,33 @@ pub async fn serve_store(
 
     let routes = api_routes(&state, health_service, config.max_request_bytes)?;
     let max = config.max_request_bytes;
-    let grpc = crate::connect::Connect::new(
-        crate::metrics::Rpc::new(
-            Edge {
-                inner: tonic_web::GrpcWebLayer::new().layer(routes),
-                auth,
-                traced: config.trace_context,
-            },
-            config.metrics_listen.is_some(),
+    // One rule for what browsers may reach, on both listeners.
+    let listens: Vec<std::net::SocketAddr> = [
+        listener.local_addr().ok(),
+        web.as_ref().and_then(|w| w.local_addr().ok()),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    let site = Arc::new(Site::new(&listens, &config.web_origins));
+    let grpc = crate::site::Gate::new(
+        crate::connect::Connect::new(
+            crate::metrics::Rpc::new(
+                Edge {
+                    inner: tonic_web::GrpcWebLayer::new().layer(routes),
+                    auth,
+                    traced: config.trace_context,
+                },
+                config.metrics_listen.is_some(),
+            ),
+            max,
         ),
-        max,
+        Arc::clone(&site),
     );
 
     let web_task = web.map(|listener| {
         let mut stopped = stopped.clone();
-        let web =
-            crate::web::Web::new(state.clone(), &listener, &config.web_origins, tls.is_some());
+        let web = crate::web::Web::new(state.clone(), Arc::clone(&site), tls.is_some());
         tokio::spawn(conn::serve(
             listener,
             web_router(web, config.web_extra.as_ref()),

@@ -9,10 +9,10 @@
 //! A dashboard on a person's machine is reachable from every web page that
 //! person opens, so it defends itself:
 //!
-//! - **Host**: every request must name this dashboard (its listen address,
-//!   `localhost` on loopback, or a `--web-origin`), which defeats DNS
-//!   rebinding, where an attacker's name resolves to 127.0.0.1;
-//! - **Origin**: a state-changing request from another origin is refused;
+//! - **Host and Origin**: the server-wide rule of [`crate::site`], shared
+//!   with Connect and gRPC-Web on the gRPC port: every request must name
+//!   this server (DNS rebinding), and a change from another origin or site
+//!   is refused;
 //! - **CSRF token**: a state-changing request must carry the token the
 //!   server put in the page, which another site's page cannot read;
 //! - **CSP** with `frame-ancestors 'none'` (and `X-Frame-Options`): no
@@ -25,10 +25,9 @@
 //! Untrusted text (steps, titles, ids) is only ever set as text by the
 //! script, never parsed as HTML.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::convert::Infallible;
 use std::fmt::Write as _;
-use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -43,12 +42,12 @@ use cairn_core::access::{Caller, Role};
 use cairn_core::error::Excerpt;
 use cairn_store::hub::Target;
 use serde::Deserialize;
-use tokio::net::TcpListener;
 use tokio_stream::StreamExt;
 
 use crate::auth::{AuthMode, token_sha256};
 use crate::services::State;
 use crate::services::plan::PlanApi;
+use crate::site::Site;
 use crate::watch::{self, Item, Start};
 
 const PAGE: &str = include_str!("index.html");
@@ -67,17 +66,8 @@ const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; conn
 #[derive(Clone)]
 pub struct Web {
     state: State,
-    guard: Arc<Guard>,
+    site: Arc<Site>,
     browsers: Arc<Browsers>,
-}
-
-/// Who may talk to the dashboard at all.
-#[derive(Debug)]
-struct Guard {
-    /// `Host` values that name this dashboard, lowercased.
-    hosts: HashSet<String>,
-    /// Origins whose pages may change state, lowercased.
-    origins: HashSet<String>,
 }
 
 /// A signed-in browser.
@@ -117,11 +107,9 @@ struct Signed {
 }
 
 impl Web {
-    /// The dashboard for `state`, listening on `listener`, also reachable
-    /// through `origins` (e.g. a reverse proxy's `https://cairn.example.com`);
-    /// `secure` when it is served over TLS.
-    pub fn new(state: State, listener: &TcpListener, origins: &[String], secure: bool) -> Self {
-        let listen = listener.local_addr().ok();
+    /// The dashboard for `state`, answering browsers under `site`'s names
+    /// and origins; `secure` when it is served over TLS.
+    pub fn new(state: State, site: Arc<Site>, secure: bool) -> Self {
         let open = (state.auth.mode() == AuthMode::Off).then(|| Browser {
             token_sha256: None,
             csrf: random_token(),
@@ -129,7 +117,7 @@ impl Web {
         });
         Web {
             state,
-            guard: Arc::new(Guard::new(listen, origins)),
+            site,
             browsers: Arc::new(Browsers {
                 open,
                 signed_in: Mutex::new(HashMap::new()),
@@ -230,74 +218,6 @@ fn cookie(headers: &HeaderMap, name: &str) -> Option<String> {
         .map(|(_, v)| v.to_owned())
 }
 
-impl Guard {
-    fn new(listen: Option<SocketAddr>, origins: &[String]) -> Self {
-        let mut hosts = HashSet::new();
-        if let Some(addr) = listen {
-            let port = addr.port();
-            let ip = addr.ip();
-            if ip.is_unspecified() || ip.is_loopback() {
-                hosts.insert(format!("localhost:{port}"));
-                hosts.insert(format!("127.0.0.1:{port}"));
-                hosts.insert(format!("[::1]:{port}"));
-            }
-            if !ip.is_unspecified() {
-                hosts.insert(addr.to_string());
-            }
-        }
-        let mut allowed = HashSet::new();
-        for host in &hosts {
-            allowed.insert(format!("http://{host}"));
-            allowed.insert(format!("https://{host}"));
-        }
-        for origin in origins {
-            let origin = origin.trim().trim_end_matches('/').to_ascii_lowercase();
-            if let Some((_, host)) = origin.split_once("://") {
-                hosts.insert(host.to_owned());
-            }
-            allowed.insert(origin);
-        }
-        Guard {
-            hosts,
-            origins: allowed,
-        }
-    }
-
-    /// Why a request is refused before anything else, if it is: another
-    /// host name, or a change from another origin.
-    fn refuse(
-        &self,
-        method: &Method,
-        headers: &HeaderMap,
-        authority: Option<&str>,
-    ) -> Option<&'static str> {
-        let host = headers
-            .get(header::HOST)
-            .and_then(|h| h.to_str().ok())
-            .or(authority)
-            .map(str::to_ascii_lowercase);
-        if !host.is_some_and(|h| self.hosts.contains(&h)) {
-            return Some("this dashboard is not served under that host name");
-        }
-        if matches!(*method, Method::GET | Method::HEAD) {
-            return None;
-        }
-        if let Some(origin) = headers.get(header::ORIGIN) {
-            let origin = origin.to_str().unwrap_or_default().to_ascii_lowercase();
-            if !self.origins.contains(&origin) {
-                return Some("cross-origin requests may not change anything");
-            }
-        }
-        if headers
-            .get("sec-fetch-site")
-            .is_some_and(|s| s.as_bytes() == b"cross-site")
-        {
-            return Some("cross-site requests may not change anything");
-        }
-        None
-    }
-}
-
 /// Whether a state-changing request carries its page's CSRF token.
 fn csrf_ok(headers: &HeaderMap, signed: &Signed) -> bool {
     let token = headers
@@ -339,7 +259,7 @@ async fn guarded(AxumState(web): AxumState<Web>, mut request: Request, next: Nex
     let path = request.uri().path().to_owned();
     let method = request.method().clone();
     let mut response = if let Some(why) =
-        web.guard
+        web.site
             .refuse(&method, request.headers(), authority.as_deref())
     {
         tracing::warn!(method = %method, path = %Excerpt(&path), why, "dashboard request refused");
@@ -591,54 +511,12 @@ async fn reject(
 mod tests {
     use super::*;
 
-    fn guard() -> Guard {
-        Guard::new(
-            Some("127.0.0.1:8080".parse().unwrap()),
-            &["https://Cairn.example.com/".into()],
-        )
-    }
-
     fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
         let mut h = HeaderMap::new();
         for (k, v) in pairs {
             h.insert(*k, HeaderValue::from_str(v).unwrap());
         }
         h
-    }
-
-    #[test]
-    fn hosts_and_origins() {
-        let g = guard();
-        let get = Method::GET;
-        let post = Method::POST;
-        assert_eq!(
-            g.refuse(&get, &headers(&[("host", "127.0.0.1:8080")]), None),
-            None
-        );
-        assert_eq!(
-            g.refuse(&get, &headers(&[("host", "localhost:8080")]), None),
-            None
-        );
-        assert_eq!(
-            g.refuse(&get, &headers(&[("host", "cairn.example.com")]), None),
-            None
-        );
-        assert!(
-            g.refuse(&get, &headers(&[("host", "evil.example:8080")]), None)
-                .is_some()
-        );
-        assert!(g.refuse(&get, &HeaderMap::new(), None).is_some());
-        let ok = [("host", "127.0.0.1:8080")];
-        assert_eq!(g.refuse(&post, &headers(&ok), None), None);
-        let mut cross = ok.to_vec();
-        cross.push(("origin", "https://evil.example"));
-        assert!(g.refuse(&post, &headers(&cross), None).is_some());
-        let mut same = ok.to_vec();
-        same.push(("origin", "https://cairn.example.com"));
-        assert_eq!(g.refuse(&post, &headers(&same), None), None);
-        let mut site = ok.to_vec();
-        site.push(("sec-fetch-site", "cross-site"));
-        assert!(g.refuse(&post, &headers(&site), None).is_some());
     }
 
     #[test]

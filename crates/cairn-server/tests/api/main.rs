@@ -7,6 +7,7 @@
 #![allow(clippy::unwrap_used, clippy::too_many_lines)]
 
 mod access;
+mod browsers;
 mod inputs;
 mod plan_mode;
 mod plans;
