@@ -34,6 +34,8 @@ use tonic::Code;
 use tonic::body::Body;
 use tonic_types::StatusExt;
 
+use crate::auth::Auth;
+
 /// The API's descriptors, for the JSON mapping.
 static POOL: LazyLock<Option<DescriptorPool>> =
     LazyLock::new(|| DescriptorPool::decode(cairn_api::FILE_DESCRIPTOR_SET).ok());
@@ -72,16 +74,28 @@ fn kind(req: &Request<Incoming>) -> Option<Kind> {
 pub struct Connect<S> {
     inner: S,
     max_request_bytes: usize,
+    /// Callers are authenticated before their body is read: decoding JSON
+    /// costs tens of times its size, which nobody may spend unidentified.
+    auth: Arc<Auth>,
 }
 
 impl<S> Connect<S> {
-    pub fn new(inner: S, max_request_bytes: usize) -> Self {
+    pub fn new(inner: S, max_request_bytes: usize, auth: Arc<Auth>) -> Self {
         Connect {
             inner,
             max_request_bytes,
+            auth,
         }
     }
 }
+
+/// JSON bodies at least this large are decoded on a blocking thread, a
+/// few at a time, so that a flood of large ones holds bounded memory and
+/// never stalls the runtime's workers (small ones decode in microseconds).
+const LARGE_JSON: usize = 64 * 1024;
+
+/// How many large JSON bodies are decoded at once, server-wide.
+static LARGE_JSON_DECODES: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(2);
 
 impl<S> tower::Service<Request<Incoming>> for Connect<S>
 where
@@ -107,11 +121,42 @@ where
             return Box::pin(fut);
         };
         let max = self.max_request_bytes;
+        let auth = Arc::clone(&self.auth);
         Box::pin(async move {
+            let mut req = req;
+            if let Err(refused) = authenticate(&auth, &mut req, kind).await {
+                return Ok(refused);
+            }
             Ok(match handle(inner, req, kind, max).await {
                 Ok(r) | Err(r) => r,
             })
         })
+    }
+}
+
+/// Finds the caller from its headers alone, before the body is read; the
+/// identity rides along to the gRPC services, which do not look again.
+async fn authenticate(
+    auth: &Auth,
+    req: &mut Request<Incoming>,
+    kind: Kind,
+) -> Result<(), Response<Body>> {
+    let header = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
+    match auth.authenticate(header).await {
+        Ok(who) => {
+            req.extensions_mut().insert(who);
+            Ok(())
+        }
+        Err(e) => {
+            let error = ConnectError::from_status(&crate::status::status(e));
+            Err(match kind {
+                Kind::Unary(_) => error.response(),
+                Kind::Stream(codec) => end_of_stream(codec, Some(error)),
+            })
+        }
     }
 }
 
@@ -270,6 +315,22 @@ fn method(path: &str) -> Result<MethodDescriptor, ConnectError> {
         .ok_or_else(not_found)
 }
 
+/// Request bytes in the codec's form → protobuf; a large JSON body waits
+/// for one of the few decoding slots and decodes off the runtime.
+async fn decode(m: &MethodDescriptor, codec: Codec, body: Bytes) -> Result<Vec<u8>, ConnectError> {
+    if codec == Codec::Proto || body.len() < LARGE_JSON {
+        return to_proto(m, codec, &body);
+    }
+    let _slot = LARGE_JSON_DECODES
+        .acquire()
+        .await
+        .map_err(|_| ConnectError::new(Code::Unavailable, "the server is shutting down"))?;
+    let m = m.clone();
+    tokio::task::spawn_blocking(move || to_proto(&m, codec, &body))
+        .await
+        .map_err(|e| ConnectError::new(Code::Internal, format!("request decoding: {e}")))?
+}
+
 /// Request bytes in the codec's form → protobuf.
 fn to_proto(m: &MethodDescriptor, codec: Codec, body: &[u8]) -> Result<Vec<u8>, ConnectError> {
     match codec {
@@ -405,7 +466,7 @@ where
                 .response());
             }
             let (parts, body) = read_body(req, max).await.map_err(|e| e.response())?;
-            let message = to_proto(&m, codec, &body).map_err(|e| e.response())?;
+            let message = decode(&m, codec, body).await.map_err(|e| e.response())?;
             let Ok(resp) = inner.call(grpc_request(&parts, &message)).await;
             let (head, body) = resp.into_parts();
             let collected = body.collect().await.map_err(|e| {
@@ -435,6 +496,32 @@ where
     }
 }
 
+/// The end-of-stream envelope (flag 2), with the error if there is one.
+fn end_frame(error: Option<ConnectError>) -> Bytes {
+    let body = match error {
+        Some(e) => serde_json::json!({"error": e.json()}),
+        None => serde_json::json!({}),
+    };
+    frame(2, body.to_string().as_bytes())
+}
+
+fn stream_content_type(codec: Codec) -> &'static str {
+    match codec {
+        Codec::Json => "application/connect+json",
+        Codec::Proto => "application/connect+proto",
+    }
+}
+
+/// A stream that ends before its first message.
+fn end_of_stream(codec: Codec, error: Option<ConnectError>) -> Response<Body> {
+    let mut r = Response::new(Body::new(Full::new(end_frame(error))));
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(stream_content_type(codec)),
+    );
+    r
+}
+
 /// A Connect server stream: every response message in an envelope, then
 /// the end-of-stream envelope (flag 2) with the error, if there is one.
 async fn stream<S>(
@@ -447,35 +534,20 @@ async fn stream<S>(
 where
     S: tower::Service<Request<Body>, Response = Response<Body>, Error = Infallible>,
 {
-    let content_type = match codec {
-        Codec::Json => "application/connect+json",
-        Codec::Proto => "application/connect+proto",
-    };
-    let end = |error: Option<ConnectError>| {
-        let body = match error {
-            Some(e) => serde_json::json!({"error": e.json()}),
-            None => serde_json::json!({}),
-        };
-        frame(2, body.to_string().as_bytes())
-    };
-    let respond = |frames: Vec<Bytes>| {
-        let mut r = Response::new(Body::new(Full::new(frames.concat().into())));
-        r.headers_mut()
-            .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
-        r
-    };
+    let content_type = stream_content_type(codec);
+    let end = end_frame;
     let request = async {
         let (parts, mut body) = read_body(req, max).await?;
         let mut buf = BytesMut::from(body.split_to(body.len()).as_ref());
         let (_, message) = take_frame(&mut buf).ok_or_else(|| {
             ConnectError::new(Code::InvalidArgument, "request: no enveloped message")
         })?;
-        let message = to_proto(&m, codec, &message)?;
+        let message = decode(&m, codec, message).await?;
         Ok::<_, ConnectError>(grpc_request(&parts, &message))
     };
     let grpc = match request.await {
         Ok(r) => r,
-        Err(e) => return respond(vec![end(Some(e))]),
+        Err(e) => return end_of_stream(codec, Some(e)),
     };
     let Ok(resp) = inner.call(grpc).await;
     let (head, mut body) = resp.into_parts();
@@ -483,7 +555,7 @@ where
         && status.code() != Code::Ok
     {
         // Refused before any message (trailers-only).
-        return respond(vec![end(Some(ConnectError::from_status(&status)))]);
+        return end_of_stream(codec, Some(ConnectError::from_status(&status)));
     }
     let m = Arc::new(m);
     let frames = async_stream::stream! {

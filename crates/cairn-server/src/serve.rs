@@ -323,12 +323,13 @@ pub async fn serve_store(
             crate::metrics::Rpc::new(
                 Edge {
                     inner: tonic_web::GrpcWebLayer::new().layer(routes),
-                    auth,
+                    auth: Arc::clone(&auth),
                     traced: config.trace_context,
                 },
                 config.metrics_listen.is_some(),
             ),
             max,
+            auth,
         ),
         Arc::clone(&site),
     );
@@ -481,7 +482,12 @@ where
         let auth = Arc::clone(&self.auth);
         let traced = self.traced;
         Box::pin(async move {
-            if !is_open_path(req.uri().path()) {
+            // Connect authenticated it already, before reading its body.
+            let known = req
+                .extensions()
+                .get::<crate::auth::Authenticated>()
+                .is_some();
+            if !known && !is_open_path(req.uri().path()) {
                 let header = req
                     .headers()
                     .get(http::header::AUTHORIZATION)

@@ -150,3 +150,39 @@ async fn item_1_cors_names_exactly_the_allowed_origins() {
         "{allowed}"
     );
 }
+
+/// Item 4: an unauthenticated Connect call is answered from its headers.
+/// The request announces 4 MiB and sends none of it: an answer proves the
+/// server never waited for (nor decoded) the body.
+#[tokio::test]
+async fn item_4_connect_authenticates_before_reading_the_body() {
+    let file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(file.path(), "test-admin-token-0123456789").unwrap();
+    let path = file.path().to_owned();
+    let server = TestServer::start_config(move |c| {
+        c.auth = cairn_server::auth::AuthMode::Token;
+        c.admin_token_file = Some(path);
+    })
+    .await;
+    let addr = server.addr;
+    for (ct, path) in [
+        ("application/json", "/cairn.v1.PlanService/GetPlan"),
+        ("application/connect+json", "/cairn.v1.WatchService/Watch"),
+    ] {
+        let head = format!(
+            "POST {path} HTTP/1.1\r\nHost: {addr}\r\ncontent-type: {ct}\r\ncontent-length: 4194304\r\n\r\n"
+        );
+        let mut conn = tokio::net::TcpStream::connect(addr).await.unwrap();
+        conn.write_all(head.as_bytes()).await.unwrap();
+        let mut buf = vec![0u8; 4096];
+        let n = tokio::time::timeout(std::time::Duration::from_secs(10), conn.read(&mut buf))
+            .await
+            .expect("answered without the body")
+            .unwrap();
+        let text = String::from_utf8_lossy(&buf[..n]);
+        assert!(text.contains("unauthenticated"), "{ct}: {text}");
+        if ct == "application/json" {
+            assert!(text.starts_with("HTTP/1.1 401"), "{text}");
+        }
+    }
+}
