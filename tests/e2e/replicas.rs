@@ -114,6 +114,9 @@ fn writers(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_replicas_racing_on_one_plan_never_both_win() {
+    if !cairn_testkit::tools::etcd() {
+        return;
+    }
     let cluster = EtcdCluster::start(3).await;
     let dir = tempfile::tempdir().unwrap();
     let first = replica(&cluster, &dir, "a");
@@ -172,6 +175,9 @@ async fn two_replicas_racing_on_one_plan_never_both_win() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_etcd_leader_killed_under_write_load_loses_no_acknowledged_write() {
+    if !cairn_testkit::tools::etcd() {
+        return;
+    }
     let mut cluster = EtcdCluster::start(3).await;
     let dir = tempfile::tempdir().unwrap();
     let a = replica(&cluster, &dir, "a");
@@ -215,6 +221,9 @@ async fn the_etcd_leader_killed_under_write_load_loses_no_acknowledged_write() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_of_three_members_stopped_writes_fail_unavailable_then_recover() {
+    if !cairn_testkit::tools::etcd() {
+        return;
+    }
     let cluster = EtcdCluster::start(3).await;
     let dir = tempfile::tempdir().unwrap();
     let a = replica(&cluster, &dir, "a");
@@ -307,6 +316,9 @@ fn key(e: &pb::Event) -> (u64, u32, i32, String) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn watchers_resume_on_the_other_replica_and_see_exactly_the_log() {
+    if !cairn_testkit::tools::etcd() {
+        return;
+    }
     let cluster = EtcdCluster::start(3).await;
     let dir = tempfile::tempdir().unwrap();
     let a = replica(&cluster, &dir, "a");
@@ -378,6 +390,9 @@ async fn watchers_resume_on_the_other_replica_and_see_exactly_the_log() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_killed_mid_watch_the_client_resumes_on_the_other() {
+    if !cairn_testkit::tools::etcd() {
+        return;
+    }
     let cluster = EtcdCluster::start(3).await;
     let dir = tempfile::tempdir().unwrap();
     let a = replica(&cluster, &dir, "a");
@@ -433,6 +448,9 @@ async fn a_replica_killed_mid_watch_the_client_resumes_on_the_other() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cascade_delete_past_etcds_transaction_limit_fails_whole_and_clear() {
+    if !cairn_testkit::tools::etcd() {
+        return;
+    }
     let cluster = EtcdCluster::start(3).await;
     let dir = tempfile::tempdir().unwrap();
     let a = replica(&cluster, &dir, "a");
@@ -480,6 +498,9 @@ async fn a_cascade_delete_past_etcds_transaction_limit_fails_whole_and_clear() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_reaches_etcd_over_mutual_tls_with_a_user_and_password() {
+    if !cairn_testkit::tools::etcd() {
+        return;
+    }
     use cairn_etcd::pb::etcdserverpb::auth_client::AuthClient;
     use cairn_etcd::pb::etcdserverpb::{
         AuthEnableRequest, AuthUserAddRequest, AuthUserGrantRoleRequest,

@@ -32,16 +32,6 @@ fn free_port() -> u16 {
         .expect("a free port")
 }
 
-/// Whether the `etcd` binary is installed (`.ci/run` installs it).
-pub fn available() -> bool {
-    Command::new("etcd")
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
 impl EtcdCluster {
     /// Starts `n` members and waits until the cluster answers a
     /// linearizable read.

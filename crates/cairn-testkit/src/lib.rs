@@ -13,6 +13,7 @@ pub mod etcd;
 pub mod process;
 pub mod server;
 pub mod stream;
+pub mod tools;
 
 pub use build::*;
 pub use check::*;
