@@ -667,3 +667,125 @@ async fn a_replica_reaches_etcd_over_mutual_tls_with_a_user_and_password() {
     let _ = etcd.kill();
     let _ = etcd.wait();
 }
+
+/// How a member is taken away in [`one_member_gone_writes_go_on`].
+#[derive(Debug, Clone, Copy)]
+enum Fault {
+    /// SIGSTOP: its port accepts and nothing answers (a hung host, a
+    /// partition).
+    BlackHole,
+    /// SIGKILL: connections are refused.
+    Kill,
+}
+
+async fn redundancy(channel: Channel) -> (i32, i32) {
+    use tonic_health::pb::HealthCheckRequest;
+    use tonic_health::pb::health_client::HealthClient;
+    let mut health = HealthClient::new(channel);
+    let mut ask = async |service: &str| {
+        health
+            .check(HealthCheckRequest {
+                service: service.into(),
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .status
+    };
+    (ask("").await, ask("cairn.store.redundancy").await)
+}
+
+/// Hardening round 2, item 9: with one follower black-holed (or killed),
+/// quorum holds, so writes must go on: calls move to the other members
+/// instead of waiting on the lost one, and health says degraded (not
+/// NOT_SERVING) while it is out.
+async fn one_member_gone_writes_go_on(fault: Fault) {
+    const SERVING: i32 = 1;
+    const NOT_SERVING: i32 = 2;
+    let mut cluster = EtcdCluster::start(3).await;
+    let dir = tempfile::tempdir().unwrap();
+    let a = replica(&cluster, &dir, "a");
+    let channel = a.channel().await;
+    let mut plans = PlanServiceClient::new(channel.clone());
+    // Every member has served a call before the fault.
+    for k in 0..30 {
+        plans
+            .update_plan(marked("warm", &format!("warm-{k}")))
+            .await
+            .unwrap();
+    }
+    let leader = cluster.leader().await;
+    let victim = (leader + 1) % 3;
+    match fault {
+        Fault::BlackHole => cluster.pause(victim),
+        Fault::Kill => cluster.kill(victim),
+    }
+    // Within a few seconds the lost member is out of rotation.
+    let degraded = tokio::time::timeout(PATIENCE, async {
+        loop {
+            if redundancy(channel.clone()).await == (SERVING, NOT_SERVING) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await;
+    assert!(
+        degraded.is_ok(),
+        "{fault:?}: health shows the degraded cluster"
+    );
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    // Then every write succeeds: 8 writers, 10 writes each.
+    let mut tasks = Vec::new();
+    for w in 0..8 {
+        let mut plans = PlanServiceClient::new(channel.clone());
+        tasks.push(tokio::spawn(async move {
+            let session = format!("after-{w}");
+            let mut acks = Vec::new();
+            for k in 0..10 {
+                let text = format!("{session}-k{k}");
+                match plans.update_plan(marked(&session, &text)).await {
+                    Ok(r) => acks.push((session.clone(), r.into_inner().revision, text)),
+                    Err(e) => panic!("{text} failed with one member gone: {e:?}"),
+                }
+            }
+            acks
+        }));
+    }
+    let mut acks = Vec::new();
+    for t in tasks {
+        acks.extend(t.await.unwrap());
+    }
+    let checked = verify_acked(channel.clone(), &acks).await;
+    match fault {
+        Fault::BlackHole => cluster.resume(victim),
+        Fault::Kill => cluster.restart(victim),
+    }
+    let back = tokio::time::timeout(PATIENCE, async {
+        loop {
+            if redundancy(channel.clone()).await == (SERVING, SERVING) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await;
+    assert!(back.is_ok(), "{fault:?}: the member is readmitted");
+    eprintln!("{fault:?} of one follower: {checked} writes acknowledged and in the log, 0 failed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn item_9_one_follower_black_holed_writes_go_on() {
+    if !cairn_testkit::tools::etcd() {
+        return;
+    }
+    one_member_gone_writes_go_on(Fault::BlackHole).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn item_9_one_member_killed_writes_go_on() {
+    if !cairn_testkit::tools::etcd() {
+        return;
+    }
+    one_member_gone_writes_go_on(Fault::Kill).await;
+}

@@ -1,6 +1,15 @@
 //! The few etcd calls the engine makes, each with a deadline, and what
 //! their failures mean to Cairn.
 //!
+//! Members are balanced here, not by the transport: one channel per
+//! member, a call goes to a member in rotation, and a member that refuses
+//! connections, cannot be resolved or stays silent is taken out of
+//! rotation (by the failing call, or by a health check every
+//! [`CHECK_EVERY`]) and readmitted when it answers again, as etcd's own
+//! client balancer does. A call that changes nothing moves on to another
+//! member within its deadline; a commit moves on only if it was never
+//! sent. While a member is out the store reports itself degraded.
+//!
 //! Every call carries the operator's timeout: a cluster without quorum
 //! answers with `UNAVAILABLE` within that time instead of hanging the
 //! caller. Reads are linearizable (the first read of a job learns the
@@ -8,7 +17,8 @@
 //! any other has acknowledged.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, RwLock};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::Duration;
 
 use cairn_core::error::{Error, Result};
@@ -68,9 +78,42 @@ type Svc = InterceptedService<Channel, TokenSlot>;
 /// Pause before trying a call again on another member.
 const PAUSE: Duration = Duration::from_millis(50);
 
-/// The request never reached a member: a connection could not be made.
+/// How often every member is checked.
+pub const CHECK_EVERY: Duration = Duration::from_millis(500);
+/// How long a member may take to answer the check (a serializable read,
+/// served from its own memory) before it is taken out of rotation.
+const CHECK_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// A status's message with its whole source chain: a transport failure's
+/// cause (refused, unresolvable) is in the chain, not the message.
+fn full_text(s: &tonic::Status) -> String {
+    let mut detail = s.message().to_owned();
+    let mut source = std::error::Error::source(s);
+    while let Some(cause) = source {
+        let text = cause.to_string();
+        if !detail.contains(&text) {
+            detail = format!("{detail}: {text}");
+        }
+        source = cause.source();
+    }
+    detail
+}
+
+/// The request never reached a member: no connection could be made (the
+/// member refused it, or its name does not resolve).
 fn not_sent(s: &tonic::Status) -> bool {
-    s.code() == tonic::Code::Unavailable && s.message().contains("tcp connect error")
+    if s.code() != tonic::Code::Unavailable {
+        return false;
+    }
+    let text = full_text(s);
+    [
+        "tcp connect error",
+        "dns error",
+        "Connection refused",
+        "failed to lookup address",
+    ]
+    .iter()
+    .any(|m| text.contains(m))
 }
 
 /// Worth trying again for a call that changes nothing: a member down, a
@@ -94,12 +137,106 @@ fn transient(s: &tonic::Status) -> bool {
         .any(|m| s.message().contains(m))
 }
 
-/// A cheap, cloneable handle on the cluster.
-#[derive(Clone)]
-pub struct Client {
+/// One member of the cluster and whether calls go to it.
+struct Member {
+    url: String,
     kv: KvClient<Svc>,
     watch: WatchClient<Svc>,
     auth: AuthClient<Channel>,
+    /// Out of rotation since the health check or a call saw it fail.
+    out: Mutex<bool>,
+}
+
+/// The members, the rotation, and how many are out.
+struct Members {
+    list: Vec<Member>,
+    next: AtomicUsize,
+    out: tokio::sync::watch::Sender<usize>,
+}
+
+impl Members {
+    /// The next member in rotation; when every member is out, the next one
+    /// all the same (one may be back before its check says so).
+    fn pick(&self) -> usize {
+        let n = self.list.len();
+        let start = self.next.fetch_add(1, Ordering::Relaxed) % n;
+        (0..n)
+            .map(|k| (start + k) % n)
+            .find(|&i| !self.is_out(i))
+            .unwrap_or(start)
+    }
+
+    fn is_out(&self, i: usize) -> bool {
+        *self.list[i]
+            .out
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Takes member `i` out of rotation (or readmits it), logging the change.
+    fn mark(&self, i: usize, out: bool, why: &str) {
+        let changed = {
+            let mut flag = self.list[i]
+                .out
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let changed = *flag != out;
+            *flag = out;
+            changed
+        };
+        if !changed {
+            return;
+        }
+        let count = (0..self.list.len()).filter(|&k| self.is_out(k)).count();
+        if out {
+            tracing::warn!(member = %self.list[i].url, why, members_out = count, "etcd member taken out of rotation");
+        } else {
+            tracing::info!(member = %self.list[i].url, members_out = count, "etcd member back in rotation");
+        }
+        self.out.send_replace(count);
+    }
+}
+
+/// Checks every member every [`CHECK_EVERY`] until the client is gone.
+async fn check_members(members: Weak<Members>) {
+    loop {
+        tokio::time::sleep(CHECK_EVERY).await;
+        let Some(m) = members.upgrade() else {
+            return;
+        };
+        let mut checks = tokio::task::JoinSet::new();
+        for i in 0..m.list.len() {
+            let mut kv = m.list[i].kv.clone();
+            checks.spawn(async move {
+                let probe = kv.range(RangeRequest {
+                    key: b"\0cairn-health".to_vec(),
+                    serializable: true,
+                    count_only: true,
+                    ..RangeRequest::default()
+                });
+                // Any answer from etcd itself (even a refusal of the read)
+                // shows the member alive; silence or a transport failure
+                // does not.
+                let alive = match tokio::time::timeout(CHECK_TIMEOUT, probe).await {
+                    Ok(Ok(_)) => true,
+                    Ok(Err(s)) => {
+                        !matches!(s.code(), tonic::Code::Unavailable | tonic::Code::Unknown)
+                    }
+                    Err(_) => false,
+                };
+                (i, alive)
+            });
+        }
+        while let Some(Ok((i, alive))) = checks.join_next().await {
+            m.mark(i, !alive, "no answer to the health check");
+        }
+    }
+}
+
+/// A cheap, cloneable handle on the cluster.
+#[derive(Clone)]
+pub struct Client {
+    members: Arc<Members>,
     token: TokenSlot,
     credentials: Option<(String, String)>,
     timeout: Duration,
@@ -145,7 +282,8 @@ impl Client {
             }
             None => None,
         };
-        let mut endpoints = Vec::with_capacity(c.endpoints.len());
+        let token = TokenSlot::default();
+        let mut list = Vec::with_capacity(c.endpoints.len());
         for url in &c.endpoints {
             let mut e = Endpoint::from_shared(url.clone())
                 .map_err(|e| Error::Unavailable(format!("etcd endpoint {url:?}: {e}")))?
@@ -168,19 +306,33 @@ impl Client {
                     .tls_config(tls)
                     .map_err(|e| Error::Unavailable(format!("etcd TLS for {url}: {e}")))?;
             }
-            endpoints.push(e);
+            let channel = e.connect_lazy();
+            list.push(Member {
+                url: url.clone(),
+                kv: KvClient::with_interceptor(channel.clone(), token.clone()),
+                watch: WatchClient::with_interceptor(channel.clone(), token.clone()),
+                auth: AuthClient::new(channel),
+                out: Mutex::new(false),
+            });
         }
-        let channel = Channel::balance_list(endpoints.into_iter());
-        let token = TokenSlot::default();
+        let members = Arc::new(Members {
+            list,
+            next: AtomicUsize::new(0),
+            out: tokio::sync::watch::Sender::new(0),
+        });
+        tokio::spawn(check_members(Arc::downgrade(&members)));
         Ok(Client {
-            kv: KvClient::with_interceptor(channel.clone(), token.clone()),
-            watch: WatchClient::with_interceptor(channel.clone(), token.clone()),
-            auth: AuthClient::new(channel),
+            members,
             token,
             credentials,
             timeout: c.timeout,
             describe: format!("etcd {}", c.endpoints.join(",")),
         })
+    }
+
+    /// How many members are out of rotation, as it changes.
+    pub fn members_out(&self) -> tokio::sync::watch::Receiver<usize> {
+        self.members.out.subscribe()
     }
 
     /// The endpoints, for logs and messages.
@@ -199,7 +351,7 @@ impl Client {
         let Some((name, password)) = &self.credentials else {
             return Ok(());
         };
-        let mut auth = self.auth.clone();
+        let mut auth = self.members.list[self.members.pick()].auth.clone();
         let reply = tokio::time::timeout(
             self.timeout,
             auth.authenticate(AuthenticateRequest {
@@ -228,12 +380,23 @@ impl Client {
     /// down or an election runs, within the deadline.
     pub async fn range(&self, req: RangeRequest) -> Result<RangeResponse> {
         let deadline = tokio::time::Instant::now() + self.timeout;
+        // A silent member gets a part of the deadline, then the read moves
+        // on: a read can be sent again safely.
+        let attempt = (self.timeout / 3).max(Duration::from_millis(500));
         let mut retried_auth = false;
         loop {
-            let mut kv = self.kv.clone();
-            let out = tokio::time::timeout_at(deadline, kv.range(req.clone()))
-                .await
-                .map_err(|_| self.late("range"))?;
+            let i = self.members.pick();
+            let mut kv = self.members.list[i].kv.clone();
+            let now = tokio::time::Instant::now();
+            let until = deadline.min(now + attempt);
+            let out = match tokio::time::timeout_at(until, kv.range(req.clone())).await {
+                Ok(out) => out,
+                Err(_) if until < deadline => {
+                    self.members.mark(i, true, "a read went unanswered");
+                    continue;
+                }
+                Err(_) => return Err(self.late("range")),
+            };
             match out {
                 Ok(r) => return Ok(r.into_inner()),
                 Err(s) if !retried_auth && self.token_expired(&s) => {
@@ -241,6 +404,9 @@ impl Client {
                     self.authenticate().await?;
                 }
                 Err(s) if transient(&s) && tokio::time::Instant::now() + PAUSE < deadline => {
+                    if not_sent(&s) {
+                        self.members.mark(i, true, "refused or unresolvable");
+                    }
                     tokio::time::sleep(PAUSE).await;
                 }
                 Err(s) => return Err(self.failed("range", &s)),
@@ -254,10 +420,13 @@ impl Client {
         let deadline = tokio::time::Instant::now() + self.timeout;
         let mut retried_auth = false;
         loop {
-            let mut kv = self.kv.clone();
+            let i = self.members.pick();
+            let mut kv = self.members.list[i].kv.clone();
             let out = tokio::time::timeout_at(deadline, kv.txn(req.clone()))
                 .await
                 .map_err(|_| {
+                    // Whatever the outcome, the next calls go elsewhere.
+                    self.members.mark(i, true, "a commit went unanswered");
                     Error::Unavailable(format!(
                         "{} did not confirm the commit within {:?}: it may or may not have been applied; read before retrying",
                         self.describe, self.timeout
@@ -272,6 +441,7 @@ impl Client {
                 // Never sent (no connection to that member): safe to send
                 // to another.
                 Err(s) if not_sent(&s) && tokio::time::Instant::now() + PAUSE < deadline => {
+                    self.members.mark(i, true, "refused or unresolvable");
                     tokio::time::sleep(PAUSE).await;
                 }
                 Err(s) if s.message().contains("too many operations in txn request") => {
@@ -297,7 +467,7 @@ impl Client {
 
     /// Compacts etcd's history before `revision` (every key's).
     pub async fn compact(&self, revision: i64) -> Result<()> {
-        let mut kv = self.kv.clone();
+        let mut kv = self.members.list[self.members.pick()].kv.clone();
         tokio::time::timeout(
             self.timeout,
             kv.compact(CompactionRequest {
@@ -311,9 +481,10 @@ impl Client {
         Ok(())
     }
 
-    /// The watch service, for the engine's one log watch and catch-up reads.
+    /// The watch service of a member in rotation, for the engine's one log
+    /// watch and catch-up reads.
     pub fn watch_client(&self) -> WatchClient<Svc> {
-        self.watch.clone()
+        self.members.list[self.members.pick()].watch.clone()
     }
 
     fn token_expired(&self, s: &tonic::Status) -> bool {
@@ -337,17 +508,6 @@ impl Client {
                 self.describe
             ));
         }
-        // A transport failure's cause (a refused handshake, a refused
-        // connection) is in its source chain, not its message.
-        let mut detail = s.message().to_owned();
-        let mut source = std::error::Error::source(s);
-        while let Some(cause) = source {
-            let text = cause.to_string();
-            if !detail.contains(&text) {
-                detail = format!("{detail}: {text}");
-            }
-            source = cause.source();
-        }
-        Error::Unavailable(format!("{}: {what}: {detail}", self.describe))
+        Error::Unavailable(format!("{}: {what}: {}", self.describe, full_text(s)))
     }
 }

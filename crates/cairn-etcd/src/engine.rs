@@ -190,6 +190,21 @@ pub async fn open(opts: &EtcdOptions) -> Result<Store> {
         _runtime: runtime,
     });
     let follower = rt.spawn(crate::follow::follow(Arc::clone(&inner), start + 1));
+    // A member out of rotation is reduced redundancy, not an outage.
+    let mut out = inner.client.members_out();
+    let weak = Arc::downgrade(&inner);
+    rt.spawn(async move {
+        loop {
+            let count = *out.borrow_and_update();
+            match weak.upgrade() {
+                Some(inner) => inner.health.set_degraded(count > 0),
+                None => return,
+            }
+            if out.changed().await.is_err() {
+                return;
+            }
+        }
+    });
     tracing::info!(endpoints = %inner.client.describe(), prefix = %opts.prefix, revision = start, "etcd store open");
     let engine = Etcd {
         inner,

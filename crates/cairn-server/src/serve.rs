@@ -146,6 +146,10 @@ const SERVICES: &[&str] = &[
     "cairn.v1.WatchService",
 ];
 
+/// The health service that reports reduced redundancy (an etcd member out
+/// of rotation) as NOT_SERVING while the others stay SERVING.
+pub const REDUNDANCY_SERVICE: &str = "cairn.store.redundancy";
+
 /// Serves on `listener` until `shutdown` completes, then lets in-flight
 /// requests finish (within the drain deadline) and closes the store (every
 /// queued write is committed and answered first).
@@ -292,8 +296,9 @@ pub async fn serve_store(
     let mut condition = store.condition();
     let health_task = tokio::spawn(async move {
         loop {
-            let status = match *condition.borrow_and_update() {
-                Condition::Serving => tonic_health::ServingStatus::Serving,
+            let now = *condition.borrow_and_update();
+            let status = match now {
+                Condition::Serving | Condition::Degraded => tonic_health::ServingStatus::Serving,
                 Condition::Recovering | Condition::Corrupt => {
                     tonic_health::ServingStatus::NotServing
                 }
@@ -301,6 +306,15 @@ pub async fn serve_store(
             for name in SERVICES {
                 health.set_service_status(*name, status).await;
             }
+            // Serving, but one more failure from not: what an operator
+            // alerts on without a load balancer draining the replica.
+            let redundancy = match now {
+                Condition::Serving => tonic_health::ServingStatus::Serving,
+                _ => tonic_health::ServingStatus::NotServing,
+            };
+            health
+                .set_service_status(REDUNDANCY_SERVICE, redundancy)
+                .await;
             if condition.changed().await.is_err() {
                 return;
             }

@@ -21,6 +21,10 @@ use cairn_core::error::{Error, Result};
 pub enum Condition {
     /// Reads and writes work.
     Serving,
+    /// Reads and writes work, with less redundancy than configured (an
+    /// etcd member is out): health still says SERVING, and the
+    /// `cairn.store.redundancy` health service says NOT_SERVING.
+    Degraded,
     /// Writes fail (disk full, I/O error); the store reopens the database as
     /// soon as a write can succeed again.
     Recovering,
@@ -34,6 +38,8 @@ pub enum Condition {
 pub struct Health {
     condition: watch::Sender<Condition>,
     file: String,
+    /// Redundancy is reduced: `Serving` is reported as `Degraded`.
+    degraded: std::sync::atomic::AtomicBool,
 }
 
 impl Health {
@@ -42,6 +48,7 @@ impl Health {
         Health {
             condition: watch::Sender::new(Condition::Serving),
             file,
+            degraded: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -55,8 +62,26 @@ impl Health {
         *self.condition.borrow()
     }
 
+    /// Notes whether redundancy is reduced (an etcd member out): a serving
+    /// store then reports `Degraded`.
+    pub fn set_degraded(&self, degraded: bool) {
+        self.degraded
+            .store(degraded, std::sync::atomic::Ordering::Relaxed);
+        let now = self.condition();
+        if matches!(now, Condition::Serving | Condition::Degraded) {
+            self.set(Condition::Serving);
+        }
+    }
+
     /// Moves to `to`, except that nothing leaves `Corrupt`.
     pub fn set(&self, to: Condition) {
+        let to = if to == Condition::Serving
+            && self.degraded.load(std::sync::atomic::Ordering::Relaxed)
+        {
+            Condition::Degraded
+        } else {
+            to
+        };
         self.condition.send_if_modified(|c| {
             if *c == to || *c == Condition::Corrupt {
                 return false;
@@ -69,7 +94,10 @@ impl Health {
                     tracing::error!(file = %self.file, "writes are failing: health is NOT_SERVING until the database can be reopened");
                 }
                 Condition::Serving => {
-                    tracing::info!(file = %self.file, "the database is writable again: health is SERVING");
+                    tracing::info!(file = %self.file, "the store serves with full redundancy: health is SERVING");
+                }
+                Condition::Degraded => {
+                    tracing::warn!(file = %self.file, "the store serves with reduced redundancy: health is SERVING, cairn.store.redundancy is NOT_SERVING");
                 }
             }
             *c = to;
