@@ -223,3 +223,85 @@ async fn the_compactor_reads_times_not_revisions() {
         busy - quiet
     );
 }
+
+/// RSS in MB of `p` now.
+fn rss(p: &Proc) -> u64 {
+    p.status_kb("VmRSS") / 1024
+}
+
+/// Hardening round 2, item 2: snapshot watchers that never read hold one
+/// chunk each, not the whole snapshot, and give it back when they go.
+/// (Before: 100 stalled `Watch(all, sendInitialState)` took 28 → 1,333 MB,
+/// and 200 stalled `/events` 202 → 2,372 MB, kept after they closed.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn item_2_stalled_snapshot_readers_hold_one_chunk_each() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = Proc::start(&bin(), dir.path(), &["--web-listen", "127.0.0.1:0"]);
+    // 2,000 sessions, each with a plan of five 2 KB steps: a 20 MB snapshot.
+    let channel = p.channel().await;
+    let mut tasks = Vec::new();
+    for w in 0..8 {
+        let mut plans = pb::plan_service_client::PlanServiceClient::new(channel.clone());
+        tasks.push(tokio::spawn(async move {
+            for i in (w..2000).step_by(8) {
+                let steps = (0..5)
+                    .map(|k| {
+                        item(
+                            &format!("{i} {k} {}", "y".repeat(2000)),
+                            pb::StepStatus::Pending,
+                        )
+                    })
+                    .collect();
+                plans
+                    .update_plan(update(&format!("s{i}"), steps))
+                    .await
+                    .unwrap();
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let base = rss(&p);
+    let mut streams = Vec::new();
+    for _ in 0..40 {
+        let mut w = WatchServiceClient::new(p.channel().await);
+        let s = w
+            .watch(pb::WatchRequest {
+                target: Some(pb::watch_request::Target::All(true)),
+                send_initial_state: true,
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        streams.push((w, s));
+    }
+    let web = p.web.clone().unwrap();
+    let mut conns = Vec::new();
+    for _ in 0..40 {
+        let mut conn = tokio::net::TcpStream::connect(&web).await.unwrap();
+        conn.write_all(format!("GET /events HTTP/1.1\r\nHost: {web}\r\n\r\n").as_bytes())
+            .await
+            .unwrap();
+        conns.push(conn);
+    }
+    // Let every stream get as far as its client's windows allow.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let stalled = rss(&p);
+    drop(streams);
+    drop(conns);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let after = rss(&p);
+    eprintln!(
+        "RSS with a 20 MB snapshot: {base} MB, {stalled} MB with 40 stalled snapshot watchers and 40 stalled /events readers, {after} MB after they closed"
+    );
+    // 80 streams, each one chunk (1 MiB) plus its connection's windows.
+    assert!(
+        stalled <= base + 300,
+        "80 stalled snapshot readers added {} MB",
+        stalled.saturating_sub(base)
+    );
+    assert!(after <= base + 300, "memory kept after the streams closed");
+    p.stop().await;
+}

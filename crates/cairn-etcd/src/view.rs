@@ -523,12 +523,18 @@ impl ReadView for View {
         self.typed(&self.keys.todos(agent_id))
     }
 
-    fn all_todos(&self) -> Result<Vec<TodoRecord>> {
+    fn todos_after(&self, after: Option<&str>, limit: usize) -> Result<Vec<TodoRecord>> {
         let start = self.keys.all_todos();
-        self.scan(&start, &prefix_end(&start), None, 0)?
-            .iter()
-            .map(record)
-            .collect()
+        let after_key = after.map(|a| self.keys.todos(a));
+        self.scan(
+            &start,
+            &prefix_end(&start),
+            after_key.as_deref(),
+            limit.max(1),
+        )?
+        .iter()
+        .map(record)
+        .collect()
     }
 
     fn revisions_from(&self, from: u64, limit: usize, max_bytes: usize) -> Result<Vec<Revision>> {

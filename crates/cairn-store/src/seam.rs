@@ -46,7 +46,7 @@ pub trait ReadView {
     ) -> Result<(Vec<HistoryEntry>, Option<u64>)>;
     fn todos(&self, agent_id: &str) -> Result<Option<TodoRecord>>;
     /// Every agent's todo list, by agent id.
-    fn all_todos(&self) -> Result<Vec<TodoRecord>>;
+    fn todos_after(&self, after: Option<&str>, limit: usize) -> Result<Vec<TodoRecord>>;
     /// Logged revisions from `from` (inclusive): at most `limit`, and no
     /// more once `max_bytes` of records are read (but always one), so a
     /// reader's memory is bounded whatever the revisions hold.

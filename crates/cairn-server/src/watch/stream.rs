@@ -11,6 +11,16 @@
 //! only committed revisions. A watcher too far behind ends with
 //! `REVISION_COMPACTED`. Read transactions are opened per chunk, never held
 //! for the life of a stream.
+//!
+//! A snapshot is read the same way, in bounded chunks, each from its own
+//! read transaction ([`Snapshot`]): a stream holds one chunk whatever the
+//! store holds and however slowly its client reads. The first chunk is read
+//! at revision `R1`, the last at `Rn`; the stream then replays the log
+//! from `R1 + 1` like any catch-up and sends `synced{Rn}` once it has
+//! delivered `Rn`. Each event carries its object whole, so a client that
+//! applies everything before `synced` in order holds exactly the state at
+//! `Rn` (an object read in a later chunk may briefly be overwritten by an
+//! older event of the replay, then by its newer ones).
 
 use std::time::Duration;
 
@@ -26,6 +36,11 @@ const CATCH_UP_CHUNK: usize = 256;
 /// Bytes of log records read per catch-up step (at least one revision):
 /// what a lagging watcher holds beyond its buffer, whatever its backlog.
 const CATCH_UP_BYTES: usize = 1 << 20;
+
+/// Objects read per snapshot chunk at most.
+const SNAPSHOT_CHUNK: usize = 128;
+/// Approximate encoded bytes per snapshot chunk (at least one object).
+const SNAPSHOT_BYTES: usize = 1 << 20;
 
 /// Where a watch starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -185,26 +200,41 @@ pub fn watch(
         // `next`: the first revision not yet delivered. `upto`: revisions
         // through it come from the log, later ones from the hub.
         let mut upto = registered;
+        let mut synced: Option<u64> = None;
         let mut next = match start {
             Start::Now => registered + 1,
             Start::From(r) => r.max(1),
             Start::Snapshot => {
-                let t = target.clone();
-                match store.read(move |v| snapshot(v, &t)).await {
-                    Ok((items, at)) => {
-                        for item in items {
-                            yield Ok(item);
+                let mut snap = Some(Snapshot::new(&target));
+                let mut first = None;
+                while let Some(mut s) = snap.take() {
+                    match store.read(move |v| s.chunk(v).map(|out| (s, out))).await {
+                        Ok((s, (items, at))) => {
+                            first.get_or_insert(at);
+                            synced = Some(at);
+                            for item in items {
+                                yield Ok(item);
+                            }
+                            if !s.done() {
+                                snap = Some(s);
+                            }
                         }
-                        yield Ok(Item::Synced(at));
-                        at + 1
-                    }
-                    Err(e) => {
-                        yield Err(e);
-                        return;
+                        Err(e) => {
+                            yield Err(e);
+                            return;
+                        }
                     }
                 }
+                // From the first chunk's revision on, the log brings every
+                // change the later chunks may not show.
+                first.unwrap_or(0) + 1
             }
         };
+        // `synced{at}` goes out once everything through `at` has.
+        if let Some(at) = synced && next > at {
+            yield Ok(Item::Synced(at));
+            synced = None;
+        }
         let period = progress_interval.max(Duration::from_millis(10));
         let mut heartbeat = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
         heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -216,7 +246,17 @@ pub fn watch(
                             heartbeat.reset();
                         }
                         for item in items {
+                            if let (Some(at), Item::Event(d)) = (synced, &item)
+                                && d.revision > at
+                            {
+                                yield Ok(Item::Synced(at));
+                                synced = None;
+                            }
                             yield Ok(item);
+                        }
+                        if let Some(at) = synced && next > at {
+                            yield Ok(Item::Synced(at));
+                            synced = None;
                         }
                     }
                     Err(e) => {
@@ -259,6 +299,10 @@ pub fn watch(
                                 && next <= dispatched + 1
                             {
                                 next = dispatched + 1;
+                                if let Some(at) = synced && next > at {
+                                    yield Ok(Item::Synced(at));
+                                    synced = None;
+                                }
                                 yield Ok(Item::Progress(dispatched));
                             }
                             continue;
@@ -269,6 +313,10 @@ pub fn watch(
             if rev.revision < next {
                 continue; // delivered from the log already
             }
+            if let Some(at) = synced && rev.revision > at {
+                yield Ok(Item::Synced(at));
+                synced = None;
+            }
             let items = select(&target, rev.revision, &rev.events);
             if !items.is_empty() {
                 heartbeat.reset();
@@ -277,121 +325,191 @@ pub fn watch(
                 yield Ok(item);
             }
             next = rev.revision + 1;
+            if let Some(at) = synced && next > at {
+                yield Ok(Item::Synced(at));
+                synced = None;
+            }
         }
     }
 }
 
-/// A session and its plan, as snapshot events.
-fn push_session(
-    v: &dyn ReadView,
-    s: &Session,
-    ancestors: Vec<String>,
-    items: &mut Vec<Item>,
-) -> Result<()> {
-    let plan = v.plan(&s.session_id)?;
-    items.push(Delivered::single(
-        s.revision,
-        Event::session(EventKind::SessionCreated, s, ancestors.clone()),
-    ));
-    if let Some(p) = plan {
-        items.push(Delivered::single(p.revision, Event::plan(s, &p, ancestors)));
-    }
-    Ok(())
+/// One piece of snapshot work.
+#[derive(Debug, Clone)]
+enum Work {
+    /// A session (and its plan), if it exists; its chain is looked up.
+    Session(String),
+    /// A session and everything below it, pre-order; `chain` is its
+    /// ancestors when known (below a root already read).
+    Tree {
+        id: String,
+        chain: Option<std::sync::Arc<Vec<String>>>,
+        /// For a watch of several trees: a root inside another root's tree
+        /// is skipped, as that tree holds it.
+        roots: Option<std::sync::Arc<Vec<String>>>,
+    },
+    /// An agent's sessions, then its todo list.
+    Agent(String),
+    /// An agent's todo list.
+    Todos(String),
+    /// Every session, by id, from after this one.
+    AllSessions(Option<String>),
+    /// Every todo list, by agent, from after this one.
+    AllTodos(Option<String>),
 }
 
-/// A session tree's objects, parents before children.
-fn snapshot_tree(v: &dyn ReadView, root: &str, items: &mut Vec<Item>) -> Result<()> {
-    if let Some(s) = v.session(root)? {
-        let chain = ops::ancestors(v, s.parent_session_id.as_deref())?;
-        // Pre-order, parents before children, each with its chain.
-        let mut stack = vec![(s, chain)];
-        while let Some((s, chain)) = stack.pop() {
-            let mut below = chain.clone();
-            below.push(s.session_id.clone());
-            let kids = v.children(&s.session_id)?;
-            for kid in kids.iter().rev() {
-                if let Some(k) = v.session(kid)? {
-                    stack.push((k, below.clone()));
-                }
-            }
-            push_session(v, &s, chain, items)?;
-        }
-    }
-    Ok(())
+/// A snapshot read chunk by chunk: what is left to read.
+#[derive(Debug)]
+pub struct Snapshot {
+    work: std::collections::VecDeque<Work>,
 }
 
-/// The current objects of `target` and the revision they were read at.
-fn snapshot(v: &dyn ReadView, target: &Target) -> Result<(Vec<Item>, u64)> {
-    let at = v.revision()?;
-    let mut items = Vec::new();
-    match target {
-        Target::Session(id) => {
-            if let Some(s) = v.session(id)? {
-                let chain = ops::ancestors(v, s.parent_session_id.as_deref())?;
-                push_session(v, &s, chain, &mut items)?;
+impl Snapshot {
+    fn new(target: &Target) -> Self {
+        let work = match target {
+            Target::Session(id) => vec![Work::Session(id.clone())],
+            Target::Sessions(ids) => ids.iter().cloned().map(Work::Session).collect(),
+            Target::Tree(root) => vec![Work::Tree {
+                id: root.clone(),
+                chain: None,
+                roots: None,
+            }],
+            Target::Trees(roots) => {
+                let all = std::sync::Arc::new(roots.iter().cloned().collect::<Vec<_>>());
+                roots
+                    .iter()
+                    .map(|r| Work::Tree {
+                        id: r.clone(),
+                        chain: None,
+                        roots: Some(std::sync::Arc::clone(&all)),
+                    })
+                    .collect()
             }
-        }
-        Target::Sessions(ids) => {
-            for id in ids {
-                if let Some(s) = v.session(id)? {
-                    let chain = ops::ancestors(v, s.parent_session_id.as_deref())?;
-                    push_session(v, &s, chain, &mut items)?;
-                }
-            }
-        }
-        Target::Tree(root) => snapshot_tree(v, root, &mut items)?,
-        Target::Trees(roots) => {
-            for root in roots {
-                // A root inside another root's tree is already in it.
-                let chain = match v.session(root)? {
-                    Some(s) => ops::ancestors(v, s.parent_session_id.as_deref())?,
-                    None => continue,
-                };
-                if chain.iter().any(|a| roots.contains(a)) {
-                    continue;
-                }
-                snapshot_tree(v, root, &mut items)?;
-            }
-        }
-        Target::Agent(agent) => {
-            for id in v.agent_sessions(agent)? {
-                if let Some(s) = v.session(&id)? {
-                    let chain = ops::ancestors(v, s.parent_session_id.as_deref())?;
-                    push_session(v, &s, chain, &mut items)?;
-                }
-            }
-            if let Some(t) = v.todos(agent)? {
-                items.push(Delivered::single(t.revision, Event::todos(&t)));
-            }
-        }
-        // Never a watch target of a client.
-        Target::Principals => {}
-        Target::All => {
-            let mut sessions = Vec::new();
-            let mut after: Option<String> = None;
-            loop {
-                let page = v.sessions_after(after.as_deref(), 1024)?;
-                sessions.extend(page.sessions);
-                match page.next_after {
-                    Some(a) => after = Some(a),
-                    None => break,
-                }
-            }
-            let mut with_chains = Vec::with_capacity(sessions.len());
-            for s in sessions {
-                let chain = ops::ancestors(v, s.parent_session_id.as_deref())?;
-                with_chains.push((s, chain));
-            }
-            // Parents before children.
-            with_chains
-                .sort_by(|a, b| (a.1.len(), &a.0.session_id).cmp(&(b.1.len(), &b.0.session_id)));
-            for (s, chain) in with_chains {
-                push_session(v, &s, chain, &mut items)?;
-            }
-            for t in v.all_todos()? {
-                items.push(Delivered::single(t.revision, Event::todos(&t)));
-            }
-        }
+            Target::Agent(agent) => vec![Work::Agent(agent.clone())],
+            // Never a watch target of a client.
+            Target::Principals => Vec::new(),
+            Target::All => vec![Work::AllSessions(None), Work::AllTodos(None)],
+        };
+        Snapshot { work: work.into() }
     }
-    Ok((items, at))
+
+    fn done(&self) -> bool {
+        self.work.is_empty()
+    }
+
+    /// Reads the next chunk from `v`: its items and the revision of `v`.
+    fn chunk(&mut self, v: &dyn ReadView) -> Result<(Vec<Item>, u64)> {
+        let at = v.revision()?;
+        let mut out = Chunk::default();
+        while !out.full() {
+            let Some(work) = self.work.pop_front() else {
+                break;
+            };
+            match work {
+                Work::Session(id) => {
+                    if let Some(s) = v.session(&id)? {
+                        let chain = ops::ancestors(v, s.parent_session_id.as_deref())?;
+                        out.session(v, &s, chain)?;
+                    }
+                }
+                Work::Tree { id, chain, roots } => {
+                    let Some(s) = v.session(&id)? else { continue };
+                    let chain = match chain {
+                        Some(c) => c,
+                        None => {
+                            let c = ops::ancestors(v, s.parent_session_id.as_deref())?;
+                            if roots
+                                .as_ref()
+                                .is_some_and(|r| c.iter().any(|a| r.contains(a)))
+                            {
+                                continue;
+                            }
+                            std::sync::Arc::new(c)
+                        }
+                    };
+                    let mut below = (*chain).clone();
+                    below.push(s.session_id.clone());
+                    let below = std::sync::Arc::new(below);
+                    // Children next, in order, before this one's siblings.
+                    for kid in v.children(&s.session_id)?.into_iter().rev() {
+                        self.work.push_front(Work::Tree {
+                            id: kid,
+                            chain: Some(std::sync::Arc::clone(&below)),
+                            roots: None,
+                        });
+                    }
+                    out.session(v, &s, (*chain).clone())?;
+                }
+                Work::Agent(agent) => {
+                    self.work.push_front(Work::Todos(agent.clone()));
+                    for id in v.agent_sessions(&agent)?.into_iter().rev() {
+                        self.work.push_front(Work::Session(id));
+                    }
+                }
+                Work::Todos(agent) => {
+                    if let Some(t) = v.todos(&agent)? {
+                        out.push(Delivered::single(t.revision, Event::todos(&t)));
+                    }
+                }
+                Work::AllSessions(after) => {
+                    // A few at a time: each may bring a plan of up to
+                    // `--max-plan-bytes`, and the byte bound is checked
+                    // between pieces of work.
+                    let page = v.sessions_after(after.as_deref(), 16)?;
+                    if let Some(next) = page.next_after {
+                        self.work.push_front(Work::AllSessions(Some(next)));
+                    }
+                    for s in page.sessions {
+                        let chain = ops::ancestors(v, s.parent_session_id.as_deref())?;
+                        out.session(v, &s, chain)?;
+                    }
+                }
+                Work::AllTodos(after) => {
+                    let page = v.todos_after(after.as_deref(), SNAPSHOT_CHUNK)?;
+                    if page.len() == SNAPSHOT_CHUNK
+                        && let Some(last) = page.last()
+                    {
+                        self.work
+                            .push_front(Work::AllTodos(Some(last.agent_id.clone())));
+                    }
+                    for t in page {
+                        out.push(Delivered::single(t.revision, Event::todos(&t)));
+                    }
+                }
+            }
+        }
+        Ok((out.items, at))
+    }
+}
+
+/// The items of one snapshot chunk and about how many bytes they hold.
+#[derive(Default)]
+struct Chunk {
+    items: Vec<Item>,
+    bytes: usize,
+}
+
+impl Chunk {
+    fn full(&self) -> bool {
+        self.items.len() >= SNAPSHOT_CHUNK || self.bytes >= SNAPSHOT_BYTES
+    }
+
+    fn push(&mut self, item: Item) {
+        if let Item::Event(d) = &item {
+            self.bytes += cairn_store::codec::encode(&d.event).map_or(0, |b| b.len());
+        }
+        self.items.push(item);
+    }
+
+    /// A session and its plan, as snapshot events.
+    fn session(&mut self, v: &dyn ReadView, s: &Session, ancestors: Vec<String>) -> Result<()> {
+        let plan = v.plan(&s.session_id)?;
+        self.push(Delivered::single(
+            s.revision,
+            Event::session(EventKind::SessionCreated, s, ancestors.clone()),
+        ));
+        if let Some(p) = plan {
+            self.push(Delivered::single(p.revision, Event::plan(s, &p, ancestors)));
+        }
+        Ok(())
+    }
 }

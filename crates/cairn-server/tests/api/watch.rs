@@ -634,3 +634,68 @@ async fn hostile_intervals_and_future_revisions_are_answered() {
         }
     }
 }
+
+/// Hardening round 2, item 2: a snapshot larger than one chunk, read while
+/// writers go on, still gives exactly the state at its `synced` revision
+/// to a client that applies everything before `synced` in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chunked_snapshot_under_writes_is_the_state_at_synced() {
+    use std::collections::BTreeMap;
+    let server = TestServer::start().await;
+    let mut plans = server.plans().await;
+    // Several chunks' worth: 400 sessions, each a session and a plan.
+    for i in 0..400 {
+        plans
+            .update_plan(update(&format!("s{i:03}"), five_steps()))
+            .await
+            .unwrap();
+    }
+    // Every acknowledged write: (revision, session, first step).
+    let writer = {
+        let mut plans = server.plans().await;
+        tokio::spawn(async move {
+            let mut acks = Vec::new();
+            for k in 0..300 {
+                let session = format!("s{:03}", (k * 37) % 400);
+                let mut steps = five_steps();
+                steps[0].step = format!("write {k}");
+                let r = plans.update_plan(update(&session, steps)).await.unwrap();
+                acks.push((r.into_inner().revision, session, format!("write {k}")));
+            }
+            acks
+        })
+    };
+    let mut watch = WatchServiceClient::new(server.channel().await);
+    let mut stream = watch
+        .watch(pb::WatchRequest {
+            target: Some(Target::All(true)),
+            send_initial_state: true,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    // The client's view: session → first step of its plan.
+    let mut state: BTreeMap<String, String> = BTreeMap::new();
+    let synced = loop {
+        match stream.message().await.unwrap().unwrap().kind.unwrap() {
+            Kind::Event(e) => {
+                if let Some(pb::event::Object::Plan(p)) = e.object {
+                    state.insert(p.session_id, p.items[0].step.clone());
+                }
+            }
+            Kind::Synced(s) => break s.revision,
+            Kind::Progress(_) => {}
+        }
+    };
+    let acks = writer.await.unwrap();
+    let mut expected: BTreeMap<String, String> = (0..400)
+        .map(|i| (format!("s{i:03}"), five_steps()[0].step.clone()))
+        .collect();
+    for (revision, session, step) in &acks {
+        if *revision <= synced {
+            expected.insert(session.clone(), step.clone());
+        }
+    }
+    assert_eq!(state, expected, "the state at synced {synced}");
+}

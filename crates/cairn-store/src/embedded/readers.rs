@@ -79,7 +79,7 @@ failed_view! {
     plan(&str) -> Option<records::PlanRecord>;
     history(&str, u64, usize, usize) -> (Vec<cairn_core::plan_mode::HistoryEntry>, Option<u64>);
     todos(&str) -> Option<records::TodoRecord>;
-    all_todos() -> Vec<records::TodoRecord>;
+    todos_after(Option<&str>, usize) -> Vec<records::TodoRecord>;
     revisions_from(u64, usize, usize) -> Vec<Revision>;
     revision_times(u64, usize) -> Vec<(u64, Micros)>;
     agent_sessions(&str) -> Vec<String>;

@@ -277,11 +277,20 @@ mod read {
         Ok((out, None))
     }
 
-    pub fn all<T: DeserializeOwned>(
+    /// Up to `limit` records after the key `after` (from the first when
+    /// `None`), in key order.
+    pub fn after<T: DeserializeOwned>(
         t: &impl ReadableTable<&'static str, &'static [u8]>,
+        after: Option<&str>,
+        limit: usize,
     ) -> Result<Vec<T>, Db> {
+        use std::ops::Bound;
+        let range = match after {
+            Some(a) => t.range::<&str>((Bound::Excluded(a), Bound::Unbounded))?,
+            None => t.range::<&str>(..)?,
+        };
         let mut out = Vec::new();
-        for entry in t.range::<&str>(..)? {
+        for entry in range.take(limit.max(1)) {
             let (_, v) = entry?;
             out.push(decode(v.value())?);
         }
@@ -369,8 +378,8 @@ impl ReadView for RedbView<'_> {
     fn todos(&self, agent_id: &str) -> Result<Option<TodoRecord>> {
         db(|| read::record(&self.0.open_table(TODOS)?, agent_id))
     }
-    fn all_todos(&self) -> Result<Vec<TodoRecord>> {
-        db(|| read::all(&self.0.open_table(TODOS)?))
+    fn todos_after(&self, after: Option<&str>, limit: usize) -> Result<Vec<TodoRecord>> {
+        db(|| read::after(&self.0.open_table(TODOS)?, after, limit))
     }
     fn revisions_from(&self, from: u64, limit: usize, max_bytes: usize) -> Result<Vec<Revision>> {
         db(|| read::revisions_from(&self.0.open_table(EVENTS)?, from, limit, max_bytes))
@@ -539,8 +548,8 @@ impl ReadView for RedbWrite<'_> {
     fn todos(&self, agent_id: &str) -> Result<Option<TodoRecord>> {
         db(|| read::record(&*self.todos.get(self.txn)?, agent_id))
     }
-    fn all_todos(&self) -> Result<Vec<TodoRecord>> {
-        db(|| read::all(&*self.todos.get(self.txn)?))
+    fn todos_after(&self, after: Option<&str>, limit: usize) -> Result<Vec<TodoRecord>> {
+        db(|| read::after(&*self.todos.get(self.txn)?, after, limit))
     }
     fn revisions_from(&self, from: u64, limit: usize, max_bytes: usize) -> Result<Vec<Revision>> {
         db(|| read::revisions_from(&*self.events.get(self.txn)?, from, limit, max_bytes))
