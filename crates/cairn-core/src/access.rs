@@ -234,13 +234,23 @@ pub fn check_create(
         agent_id,
         ancestors: &chain,
     };
-    let orchestrates = p.has(Role::Orchestrator) && p.in_roots(&new);
+    // Under a parent, the right comes from the parent, never from the new
+    // id: a principal whose root does not exist yet must not plant it in
+    // somebody else's tree.
+    let orchestrates = p.has(Role::Orchestrator)
+        && match parent {
+            Some(parent) => p.in_roots(parent),
+            None => p.in_roots(&new),
+        };
     // An agent creates sessions for itself, under a session it may use:
     // one of its trees (when it has some), or a session of its own.
     let for_itself = p.has(Role::Agent)
         && p.owns(&new)
         && match parent {
-            Some(parent) => (!p.session_roots.is_empty() && p.in_roots(&new)) || p.owns(parent),
+            Some(parent) => {
+                (!p.session_roots.is_empty() && p.in_roots(parent))
+                    || (p.owns(parent) && p.in_roots(parent))
+            }
             None => p.session_roots.is_empty(),
         };
     if orchestrates || for_itself {

@@ -88,6 +88,17 @@ pub enum Error {
     #[error("Principal {0} already exists")]
     PrincipalExists(String),
 
+    /// `CreatePrincipal` with an agent id another tenant holds: an agent id
+    /// belongs to one tenant (every principal holding it has the same
+    /// `session_roots`), so that its todo list and sessions never cross.
+    #[error(
+        "Agent id {agent_id} is held by principal {principal_id}, which has other session_roots: an agent id belongs to one tenant"
+    )]
+    AgentIdTaken {
+        agent_id: String,
+        principal_id: String,
+    },
+
     /// An unknown principal.
     #[error("Principal {0} not found")]
     PrincipalNotFound(String),

@@ -156,6 +156,15 @@ fn classify(err: &Error) -> Classified {
             meta.insert("principal_id".into(), id.clone());
             (Code::AlreadyExists, "PRINCIPAL_EXISTS")
         }
+        Error::AgentIdTaken {
+            agent_id,
+            principal_id,
+        } => {
+            meta.insert("agent_id".into(), agent_id.clone());
+            meta.insert("principal_id".into(), principal_id.clone());
+            field = Some(("principal.agent_ids".into(), message.clone()));
+            (Code::AlreadyExists, "AGENT_ID_TAKEN")
+        }
         Error::PrincipalNotFound(id) => {
             meta.insert("principal_id".into(), id.clone());
             (Code::NotFound, "PRINCIPAL_NOT_FOUND")

@@ -150,8 +150,19 @@ pub fn list_sessions(
     limit: usize,
     parent: Option<&str>,
     agent: Option<&str>,
+    caller: &Caller,
 ) -> Result<SessionPage> {
     let mut page = SessionPage::default();
+    // A principal scoped to trees sees an agent's sessions in them only:
+    // agent ids may recur in other tenants' trees.
+    let in_scope = |s: &Session| -> Result<bool> {
+        if matches!(caller, Caller::Principal(p) if !p.reads_everything()) {
+            let mut chain = Vec::new();
+            let f = facts(view, s, &mut chain)?;
+            return Ok(access::check_session(caller, access::Action::Read, &f).is_ok());
+        }
+        Ok(true)
+    };
     if let Some(parent) = parent {
         let ids = view.children(parent)?;
         for id in ids
@@ -176,7 +187,7 @@ pub fn list_sessions(
         let exhausted = chunk.next_after.is_none();
         for s in chunk.sessions {
             cursor = Some(s.session_id.clone());
-            if agent.is_some_and(|a| s.agent_id != a) {
+            if agent.is_some_and(|a| s.agent_id != a) || !in_scope(&s)? {
                 continue;
             }
             if page.sessions.len() == limit {
@@ -200,11 +211,22 @@ pub fn create_session(
 ) -> Result<(Session, u64)> {
     session::validate(&s, limits)?;
     let parent = match &s.parent_session_id {
-        Some(id) => Some(
-            ctx.view
-                .session(id)?
-                .ok_or_else(|| Error::ParentNotFound(id.clone()))?,
-        ),
+        Some(id) => match ctx.view.session(id)? {
+            Some(parent) => Some(parent),
+            None => {
+                // A caller that could not create under this parent if it
+                // existed gets the same refusal as for a foreign one: the
+                // answer must not tell whether another tenant's session
+                // exists.
+                let unknown = SessionFacts {
+                    session_id: id,
+                    agent_id: "",
+                    ancestors: &[],
+                };
+                access::check_create(caller, &s.session_id, &s.agent_id, Some(&unknown))?;
+                return Err(Error::ParentNotFound(id.clone()));
+            }
+        },
         None => None,
     };
     let mut parent_chain = Vec::new();
@@ -576,6 +598,32 @@ pub fn create_principal(
     let id = p.principal.principal_id.clone();
     if ctx.view.principal(&id)?.is_some() {
         return Err(Error::PrincipalExists(id));
+    }
+    // An agent id belongs to one tenant: whoever else holds it must have
+    // the same trees.
+    if !p.principal.agent_ids.is_empty() {
+        let mut after: Option<String> = None;
+        loop {
+            let page = ctx.view.principals_after(after.as_deref(), 256)?;
+            for other in &page {
+                let theirs = &other.principal;
+                if theirs.session_roots == p.principal.session_roots {
+                    continue;
+                }
+                if let Some(agent) = theirs.agent_ids.intersection(&p.principal.agent_ids).next() {
+                    return Err(Error::AgentIdTaken {
+                        agent_id: agent.clone(),
+                        principal_id: theirs.principal_id.clone(),
+                    });
+                }
+            }
+            match page.last() {
+                Some(last) if page.len() == 256 => {
+                    after = Some(last.principal.principal_id.clone());
+                }
+                _ => break,
+            }
+        }
     }
     p.create_time = ctx.now;
     p.revision = ctx.next_revision();

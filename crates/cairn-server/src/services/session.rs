@@ -137,6 +137,7 @@ impl SessionApi {
                     limit,
                     parent.as_deref(),
                     agent.as_deref(),
+                    &caller,
                 )?;
                 Ok((page, v.revision()?))
             })

@@ -131,7 +131,10 @@ impl WatchApi {
         };
         self.authorize(&who.caller, &target).await?;
         watch::check_start(&self.state.store, start).await?;
-        let inner = watch::watch(self.state.store.clone(), target, start, interval);
+        let inner = watch::scoped(
+            watch::watch(self.state.store.clone(), target, start, interval),
+            watch::Scope::of(&who.caller),
+        );
         let auth = std::sync::Arc::clone(&self.state.auth);
         // A stream ends once its principal is deleted or its token rotated.
         let stream = async_stream::stream! {
@@ -213,7 +216,16 @@ impl WatchApi {
             WaitTarget::Sessions(ids) => Target::Sessions(ids.iter().cloned().collect()),
         };
         self.authorize(&who.caller, &hub_target).await?;
-        let outcome = watch::wait(&self.state.store, target, condition, timeout).await?;
+        // Revocation ends a Wait as it ends a Watch.
+        let revoked = self.state.auth.revoked(who.token_sha256.as_deref());
+        let outcome = tokio::select! {
+            outcome = watch::wait(&self.state.store, target, condition, timeout) => outcome?,
+            () = revoked => {
+                return Err(Error::Unauthenticated(
+                    "the token of this wait was revoked".into(),
+                ));
+            }
+        };
         Ok(pb::WaitResponse {
             satisfied: outcome.satisfied,
             revision: outcome.revision,

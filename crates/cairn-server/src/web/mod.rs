@@ -408,11 +408,14 @@ async fn events(AxumState(web): AxumState<Web>, Extension(signed): Extension<Sig
             );
         }
     };
-    let inner = watch::watch(
-        web.state.store.clone(),
-        target,
-        Start::Snapshot,
-        Duration::from_secs(15),
+    let inner = watch::scoped(
+        watch::watch(
+            web.state.store.clone(),
+            target,
+            Start::Snapshot,
+            Duration::from_secs(15),
+        ),
+        watch::Scope::of(&signed.caller),
     );
     let auth = Arc::clone(&web.state.auth);
     let hash = signed.token_sha256;

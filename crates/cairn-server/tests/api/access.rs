@@ -897,7 +897,7 @@ async fn an_agent_watch_covers_its_todos_and_its_sessions() {
         })
         .await
         .unwrap();
-    // Handed to another agent: the coder's watch sees it go.
+    // Handed to another agent: the coder's watch sees it go, as a delete.
     setup
         .sessions
         .update_session(pb::UpdateSessionRequest {
@@ -918,7 +918,8 @@ async fn an_agent_watch_covers_its_todos_and_its_sessions() {
             (pb::EventType::SessionCreated, "coder".into()),
             (pb::EventType::PlanUpdated, "coder".into()),
             (pb::EventType::TodosUpdated, "coder".into()),
-            (pb::EventType::SessionUpdated, "other".into()),
+            // It left the coder's scope: for the coder it is gone.
+            (pb::EventType::SessionDeleted, "coder".into()),
         ]
     );
 }
@@ -1031,4 +1032,323 @@ async fn reads_from_memory_follow_moves_agent_changes_and_deletions() {
     for id in ["in:x", "in:x:y"] {
         assert_eq!(code(watcher.plans.get_plan(get(id)).await), Code::NotFound);
     }
+}
+
+/// A principal made by the admin; its token.
+async fn principal(
+    admin: &mut As,
+    id: &str,
+    roles: &[pb::Role],
+    agents: &[&str],
+    roots: &[&str],
+) -> Result<String, tonic::Status> {
+    admin
+        .auth
+        .create_principal(pb::CreatePrincipalRequest {
+            principal: Some(pb::Principal {
+                principal_id: id.into(),
+                roles: roles.iter().map(|r| role(*r)).collect(),
+                agent_ids: agents.iter().map(|a| (*a).to_owned()).collect(),
+                session_roots: roots.iter().map(|r| (*r).to_owned()).collect(),
+                ..Default::default()
+            }),
+        })
+        .await
+        .map(|r| r.into_inner().token)
+}
+
+async fn create(who: &mut As, id: &str, parent: &str, agent: &str) -> Result<(), tonic::Status> {
+    who.sessions
+        .create_session(pb::CreateSessionRequest {
+            session: Some(pb::Session {
+                session_id: id.into(),
+                agent_id: agent.into(),
+                parent_session_id: parent.into(),
+                ..Default::default()
+            }),
+        })
+        .await
+        .map(drop)
+}
+
+/// Two tenants: `ta` (orchestrator `a-orch`, agent `a-dev` acting as `dev`,
+/// viewer `a-view`) and `tb` (orchestrator `b-orch`), each with a session
+/// of agent `dev`: `ta:dev` and `tb:dev`.
+async fn tenants() -> (World, std::collections::HashMap<&'static str, As>) {
+    let world = World::new().await;
+    let mut admin = world.as_("admin");
+    let mut who = std::collections::HashMap::new();
+    for (id, roles, agents, roots) in [
+        ("a-orch", vec![pb::Role::Orchestrator], vec![], vec!["ta"]),
+        ("a-dev", vec![pb::Role::Agent], vec!["dev"], vec!["ta"]),
+        ("a-view", vec![pb::Role::Viewer], vec![], vec!["ta"]),
+        ("b-orch", vec![pb::Role::Orchestrator], vec![], vec!["tb"]),
+    ] {
+        let token = principal(&mut admin, id, &roles, &agents, &roots)
+            .await
+            .unwrap();
+        who.insert(id, As::new(&world.channel, Some(&token)));
+    }
+    for root in ["ta", "tb"] {
+        create(&mut admin, root, "", "main").await.unwrap();
+    }
+    create(who.get_mut("a-orch").unwrap(), "ta:dev", "ta", "dev")
+        .await
+        .unwrap();
+    create(who.get_mut("b-orch").unwrap(), "tb:dev", "tb", "dev")
+        .await
+        .unwrap();
+    for (orch, s) in [("a-orch", "ta:dev"), ("b-orch", "tb:dev")] {
+        who.get_mut(orch)
+            .unwrap()
+            .plans
+            .update_plan(update(s, five_steps()))
+            .await
+            .unwrap();
+    }
+    (world, who)
+}
+
+/// The next event of `stream` (skipping heartbeats), or `None` at `synced`.
+async fn next_event(stream: &mut tonic::Streaming<pb::WatchResponse>) -> Option<pb::Event> {
+    loop {
+        let msg = tokio::time::timeout(std::time::Duration::from_secs(10), stream.message())
+            .await
+            .expect("a message")
+            .unwrap()
+            .unwrap();
+        match msg.kind.unwrap() {
+            pb::watch_response::Kind::Event(e) => return Some(e),
+            pb::watch_response::Kind::Synced(_) => return None,
+            pb::watch_response::Kind::Progress(_) => {}
+        }
+    }
+}
+
+/// Hardening round 2, item 6: an agent id names one tenant's agent. A
+/// principal scoped to its trees never lists, watches or reads another
+/// tenant's session of the same agent id, nor holds that agent id.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn item_6_agent_ids_do_not_cross_tenants() {
+    let (world, mut who) = tenants().await;
+    let dev = who.get_mut("a-dev").unwrap();
+    let listed: Vec<String> = dev
+        .sessions
+        .list_sessions(pb::ListSessionsRequest {
+            agent_id: "dev".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .sessions
+        .into_iter()
+        .map(|s| s.session_id)
+        .collect();
+    assert_eq!(listed, ["ta:dev"]);
+    let mut stream = dev
+        .watch
+        .watch(pb::WatchRequest {
+            target: Some(pb::watch_request::Target::AgentId("dev".into())),
+            send_initial_state: true,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut snapshot = Vec::new();
+    while let Some(e) = next_event(&mut stream).await {
+        snapshot.push(e.session_id);
+    }
+    assert_eq!(
+        snapshot,
+        ["ta:dev", "ta:dev"],
+        "session and plan, own tenant only"
+    );
+    // A live change in the other tenant's tree is not seen; the next one
+    // in its own is.
+    let mut b = world.as_("admin");
+    b.plans
+        .update_plan(update("tb:dev", five_steps()))
+        .await
+        .unwrap();
+    who.get_mut("a-orch")
+        .unwrap()
+        .plans
+        .update_plan(update("ta:dev", five_steps()))
+        .await
+        .unwrap();
+    let e = next_event(&mut stream).await.unwrap();
+    assert_eq!(e.session_id, "ta:dev");
+    assert_eq!((e.index_in_revision, e.events_in_revision), (0, 1));
+    // The other tenant cannot take the agent id, so never its todo list.
+    let mut admin = world.as_("admin");
+    let err = principal(&mut admin, "b-dev", &[pb::Role::Agent], &["dev"], &["tb"])
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::AlreadyExists);
+    assert_eq!(
+        err.get_error_details().error_info().unwrap().reason,
+        "AGENT_ID_TAKEN"
+    );
+    // The same tenant may: a second agent principal of `ta`.
+    principal(&mut admin, "a-dev2", &[pb::Role::Agent], &["dev"], &["ta"])
+        .await
+        .unwrap();
+}
+
+/// Hardening round 2, item 7: a principal whose root does not exist yet
+/// cannot plant it under another tenant's session, and the refusal is the
+/// same whether that session exists or not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn item_7_no_planting_under_a_foreign_parent() {
+    let (world, _who) = tenants().await;
+    let mut admin = world.as_("admin");
+    let token = principal(
+        &mut admin,
+        "planter",
+        &[pb::Role::Orchestrator],
+        &[],
+        &["mine"],
+    )
+    .await
+    .unwrap();
+    let mut planter = As::new(&world.channel, Some(&token));
+    let existing = create(&mut planter, "mine", "ta", "x").await.unwrap_err();
+    let missing = create(&mut planter, "mine", "no-such-session", "x")
+        .await
+        .unwrap_err();
+    assert_eq!(existing.code(), Code::PermissionDenied);
+    assert_eq!(missing.code(), Code::PermissionDenied);
+    let reason = |e: &tonic::Status| e.get_error_details().error_info().unwrap().reason.clone();
+    assert_eq!(reason(&existing), reason(&missing));
+    assert_eq!(
+        existing.message().replace("ta", "X"),
+        missing.message().replace("no-such-session", "X"),
+        "the answer does not tell whether the parent exists"
+    );
+    // Its own root, as a root, is fine.
+    create(&mut planter, "mine", "", "x").await.unwrap();
+    // The agent of a tree cannot plant either.
+    let dev_token = principal(
+        &mut admin,
+        "c-dev",
+        &[pb::Role::Agent],
+        &["cdev"],
+        &["croot"],
+    )
+    .await
+    .unwrap();
+    let mut dev = As::new(&world.channel, Some(&dev_token));
+    let err = create(&mut dev, "croot", "ta", "cdev").await.unwrap_err();
+    assert_eq!(err.code(), Code::PermissionDenied);
+}
+
+/// Hardening round 2, item 10: access is decided at every event. A session
+/// moved out of a viewer's tree, or handed from an agent to another, is a
+/// deletion for the watcher that lost it, and nothing of it follows; a
+/// Wait ends when its principal is deleted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn item_10_leaving_a_watchers_scope_is_a_delete() {
+    let (world, mut who) = tenants().await;
+    let mut admin = world.as_("admin");
+    let start = |w: &mut As, target| {
+        let mut watch = w.watch.clone();
+        async move {
+            watch
+                .watch(pb::WatchRequest {
+                    target: Some(target),
+                    ..Default::default()
+                })
+                .await
+                .unwrap()
+                .into_inner()
+        }
+    };
+    let mut viewer = start(
+        who.get_mut("a-view").unwrap(),
+        pb::watch_request::Target::SessionTree("ta".into()),
+    )
+    .await;
+    let mut agent = start(
+        who.get_mut("a-dev").unwrap(),
+        pb::watch_request::Target::AgentId("dev".into()),
+    )
+    .await;
+    // Handed to another agent: the agent's watch sees it go.
+    admin
+        .sessions
+        .update_session(pb::UpdateSessionRequest {
+            session_id: "ta:dev".into(),
+            agent_id: Some("other".into()),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let gone = next_event(&mut agent).await.unwrap();
+    assert_eq!(
+        (gone.session_id.as_str(), gone.r#type()),
+        ("ta:dev", pb::EventType::SessionDeleted)
+    );
+    // The viewer still reads it (same tree).
+    let moved = next_event(&mut viewer).await.unwrap();
+    assert_eq!(moved.r#type(), pb::EventType::SessionUpdated);
+    // Moved into the other tenant's tree: the viewer sees it go.
+    admin
+        .sessions
+        .update_session(pb::UpdateSessionRequest {
+            session_id: "ta:dev".into(),
+            parent_session_id: Some("tb".into()),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let gone = next_event(&mut viewer).await.unwrap();
+    assert_eq!(
+        (gone.session_id.as_str(), gone.r#type()),
+        ("ta:dev", pb::EventType::SessionDeleted)
+    );
+    // Its plan changes there reach neither; a change in `ta` does.
+    admin
+        .plans
+        .update_plan(update("ta:dev", five_steps()))
+        .await
+        .unwrap();
+    admin
+        .plans
+        .update_plan(update("ta", five_steps()))
+        .await
+        .unwrap();
+    let next = next_event(&mut viewer).await.unwrap();
+    assert_eq!(next.session_id, "ta");
+
+    // A Wait ends when its principal goes.
+    let mut waiter = who.remove("a-view").unwrap();
+    let wait = tokio::spawn(async move {
+        waiter
+            .watch
+            .wait(pb::WaitRequest {
+                target: Some(pb::wait_request::Target::SessionTree("ta".into())),
+                timeout: Some(prost_types::Duration {
+                    seconds: 600,
+                    nanos: 0,
+                }),
+                ..Default::default()
+            })
+            .await
+    });
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    admin
+        .auth
+        .delete_principal(pb::DeletePrincipalRequest {
+            principal_id: "a-view".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let ended = tokio::time::timeout(std::time::Duration::from_secs(10), wait)
+        .await
+        .expect("the wait ends with its principal")
+        .unwrap();
+    assert_eq!(ended.unwrap_err().code(), Code::Unauthenticated);
 }
