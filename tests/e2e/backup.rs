@@ -127,3 +127,113 @@ async fn an_online_backup_restores_to_exactly_its_revision() {
     restored.stop().await;
     original.stop().await;
 }
+
+fn mode(path: &std::path::Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::metadata(path).unwrap().permissions().mode() & 0o777
+}
+
+/// Hardening round 2, item 12: the store, its directory and backups are
+/// the owner's only; a token file others can read is warned about.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn item_12_data_and_backups_are_the_owners_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let token = dir.path().join("admin.token");
+    std::fs::write(&token, "a-bootstrap-admin-token-0123456789").unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o644)).unwrap();
+    }
+    let data = dir.path().join("data");
+    let p = Proc::start(
+        &bin(),
+        &data,
+        &[
+            "--auth",
+            "token",
+            "--admin-token-file",
+            token.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(mode(&data), 0o700);
+    assert_eq!(mode(&data.join("cairn.redb")), 0o600);
+    assert!(
+        p.logged(
+            "--admin-token-file is readable by other users",
+            std::time::Duration::from_secs(5)
+        )
+        .await,
+        "{}",
+        p.log()
+    );
+    let file = dir.path().join("backup.redb");
+    let out = tokio::process::Command::new(bin())
+        .args([
+            "admin",
+            "backup",
+            "--token",
+            "a-bootstrap-admin-token-0123456789",
+            "--server",
+        ])
+        .arg(format!("http://{}", p.addr))
+        .arg("--out")
+        .arg(&file)
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(mode(&file), 0o600);
+    p.stop().await;
+}
+
+/// Hardening round 2, item 13: a backup whose temp directory is full says
+/// so, names that directory, and leaves the store (and its health) alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn item_13_a_full_temp_dir_fails_the_backup_not_the_store() {
+    let Some(tmp) = crate::faults::Tmpfs::mount(1) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let p = Proc::spawn(
+        std::process::Command::new(bin())
+            .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+            .arg(dir.path().join("data"))
+            .env("TMPDIR", tmp.0.path()),
+    )
+    .unwrap();
+    let mut plans = PlanServiceClient::new(p.channel().await);
+    // A store larger than the temp dir (random text: records compress).
+    for i in 0..60 {
+        let mut items = five_steps();
+        for item in &mut items {
+            item.step = (0..7000).map(|_| fastrand::alphanumeric()).collect();
+        }
+        plans
+            .update_plan(update(&format!("s{i}"), items))
+            .await
+            .unwrap();
+    }
+    let out = tokio::process::Command::new(bin())
+        .args(["admin", "backup", "--server"])
+        .arg(format!("http://{}", p.addr))
+        .arg("--out")
+        .arg(dir.path().join("backup.redb"))
+        .output()
+        .await
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.contains("the backup could not be written"), "{err}");
+    assert!(err.contains(&tmp.0.path().display().to_string()), "{err}");
+    assert!(!err.contains("mutation was not applied"), "{err}");
+    // Writes go on.
+    plans
+        .update_plan(update("after", five_steps()))
+        .await
+        .unwrap();
+    p.stop().await;
+}

@@ -153,12 +153,12 @@ async fn an_empty_database_file_is_refused() {
 }
 
 /// A tmpfs of `mb` MiB mounted on a temp dir; unmounted on drop.
-struct Tmpfs(tempfile::TempDir);
+pub(crate) struct Tmpfs(pub(crate) tempfile::TempDir);
 
 impl Tmpfs {
     /// `None` (the test skips) where mounting is not allowed: it needs
     /// root, which CI has.
-    fn mount(mb: u32) -> Option<Tmpfs> {
+    pub(crate) fn mount(mb: u32) -> Option<Tmpfs> {
         let dir = tempfile::tempdir().unwrap();
         let ok = std::process::Command::new("mount")
             .args(["-t", "tmpfs", "-o", &format!("size={mb}m"), "tmpfs"])

@@ -12,7 +12,7 @@ mod bounds;
 mod cli;
 mod connections;
 mod crash;
-mod faults;
+pub(crate) mod faults;
 mod identity;
 mod logs;
 mod metrics;

@@ -164,6 +164,13 @@ pub enum Error {
     #[error("the disk holding {file} is full: {detail}; the mutation was not applied")]
     DiskFull { file: String, detail: String },
 
+    /// A backup's copy could not be written (its directory is full or
+    /// unwritable); the store and every mutation are untouched.
+    #[error(
+        "the backup could not be written to {dir}: {detail}; nothing in the store was changed (free space there, or point TMPDIR elsewhere)"
+    )]
+    BackupFailed { dir: String, detail: String },
+
     /// The database file is corrupt: data may be lost. Restore a backup.
     #[error("the database file {file} is corrupt: {detail}")]
     DataLoss { file: String, detail: String },

@@ -261,6 +261,13 @@ fn read_admin_token(config: &ServerConfig) -> Result<Option<String>, ServeError>
     };
     let text = std::fs::read_to_string(path)
         .map_err(|e| ServeError::Config(format!("--admin-token-file {}: {e}", path.display())))?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        if std::fs::metadata(path).is_ok_and(|m| m.permissions().mode() & 0o077 != 0) {
+            tracing::warn!(path = %path.display(), "--admin-token-file is readable by other users: whoever reads it is admin (chmod 600 it)");
+        }
+    }
     let token = text.trim().to_owned();
     if token.len() < 16 {
         return Err(ServeError::Config(format!(

@@ -175,6 +175,10 @@ fn classify(err: &Error) -> Classified {
         Error::ShuttingDown => (Code::Unavailable, "SHUTTING_DOWN"),
         Error::Unavailable(_) => (Code::Unavailable, "STORE_UNAVAILABLE"),
         Error::DiskFull { .. } => (Code::ResourceExhausted, "DISK_FULL"),
+        Error::BackupFailed { dir, .. } => {
+            meta.insert("dir".into(), dir.clone());
+            (Code::ResourceExhausted, "BACKUP_FAILED")
+        }
         Error::DataLoss { file, .. } => {
             meta.insert("file".into(), file.clone());
             (Code::DataLoss, "DATA_CORRUPTED")

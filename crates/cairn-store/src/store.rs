@@ -51,10 +51,21 @@ impl Store {
     /// holds.
     pub async fn backup(&self, dest: std::path::PathBuf) -> Result<u64> {
         let backend = Arc::clone(&self.backend);
+        let dir = dest
+            .parent()
+            .map_or_else(String::new, |d| d.display().to_string());
         tokio::task::spawn_blocking(move || backend.backup(&dest))
             .await
             .map_err(|e| Error::Internal(format!("backup task: {e}")))?
-            .map_err(|e| self.backend.observe(e))
+            .map_err(|e| match e {
+                // Writing the copy failed, not the store: say where, and
+                // leave the store's health alone.
+                Error::DiskFull { detail, .. } => Error::BackupFailed { dir, detail },
+                Error::Storage(detail) if detail.starts_with("create ") => {
+                    Error::BackupFailed { dir, detail }
+                }
+                e => self.backend.observe(e),
+            })
     }
 
     /// Bytes of the database on this machine's disk (the redb file).

@@ -19,7 +19,13 @@ pub async fn admin(client: &ClientArgs, cmd: AdminCmd) -> CliResult {
             // Written beside the target and renamed once whole and synced,
             // so a file at `out` is always a complete backup.
             let partial = out.with_extension("partial");
-            let mut file = std::fs::File::create(&partial)
+            // The owner's only: it holds every plan and token hash.
+            let mut options = std::fs::OpenOptions::new();
+            options.write(true).create_new(true);
+            #[cfg(unix)]
+            std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+            let mut file = options
+                .open(&partial)
                 .map_err(|e| format!("{}: {e}", partial.display()))?;
             let mut stream = api.backup(pb::BackupRequest {}).await?.into_inner();
             let mut bytes = 0u64;

@@ -5,6 +5,7 @@ use std::pin::Pin;
 use cairn_api as pb;
 use cairn_api::admin_service_server::AdminService;
 use cairn_core::access;
+use cairn_core::error::Error;
 use tokio::io::AsyncReadExt;
 use tokio_stream::Stream;
 use tonic::{Request, Response, Status};
@@ -45,8 +46,14 @@ impl AdminService for AdminApi {
         // The copy is written to a private temp file first (a consistent
         // snapshot takes a read transaction's time, not the stream's),
         // then streamed and removed.
-        let dir = tempfile::tempdir()
-            .map_err(|e| Status::internal(format!("backup: a temp dir: {e}")))?;
+        let tmp = std::env::temp_dir();
+        let failed = |detail: String| {
+            status(Error::BackupFailed {
+                dir: tmp.display().to_string(),
+                detail,
+            })
+        };
+        let dir = tempfile::tempdir().map_err(|e| failed(e.to_string()))?;
         let path = dir.path().join("cairn.redb");
         let revision = self
             .state
@@ -56,17 +63,19 @@ impl AdminService for AdminApi {
             .map_err(status)?;
         let mut file = tokio::fs::File::open(&path)
             .await
-            .map_err(|e| Status::internal(format!("backup: {e}")))?;
+            .map_err(|e| failed(e.to_string()))?;
+        // Unlinked at once: the open file is all that holds the copy, so
+        // its space goes back the moment the stream ends, crash or not,
+        // and nothing of it is left for another process to read.
+        drop(dir);
         tracing::info!(revision, "backup taken");
         let stream = async_stream::try_stream! {
-            // Owned by the stream: the temp dir goes when it ends.
-            let _dir = dir;
             loop {
                 let mut data = vec![0; CHUNK];
                 let n = file
                     .read(&mut data)
                     .await
-                    .map_err(|e| Status::internal(format!("backup: {e}")))?;
+                    .map_err(|e| status(Error::Internal(format!("backup: reading the copy: {e}"))))?;
                 if n == 0 {
                     break;
                 }

@@ -18,6 +18,9 @@ use crate::status::status;
 const DEFAULT_PAGE: usize = 100;
 const MAX_PAGE: usize = 1000;
 
+/// Most agent ids, and most session roots, one principal may hold.
+pub const MAX_SCOPE_ENTRIES: usize = 256;
+
 /// The auth service.
 #[derive(Clone, Debug)]
 pub struct AuthApi {
@@ -45,6 +48,22 @@ impl AuthApi {
                 "principal.principal_id",
                 "`admin` is the bootstrap admin of --admin-token-file",
             ));
+        }
+        // Every call of the principal checks these sets: bounded, so that
+        // nobody can make each call slow.
+        for (field, what, n) in [
+            (
+                "principal.agent_ids",
+                "agent ids per principal",
+                principal.agent_ids.len(),
+            ),
+            (
+                "principal.session_roots",
+                "session roots per principal",
+                principal.session_roots.len(),
+            ),
+        ] {
+            cairn_core::Limits::check_count(field, what, MAX_SCOPE_ENTRIES, n)?;
         }
         for (i, a) in principal.agent_ids.iter().enumerate() {
             limits.check_resource_id(&format!("principal.agent_ids[{i}]"), a)?;

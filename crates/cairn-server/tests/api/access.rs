@@ -1352,3 +1352,22 @@ async fn item_10_leaving_a_watchers_scope_is_a_delete() {
         .unwrap();
     assert_eq!(ended.unwrap_err().code(), Code::Unauthenticated);
 }
+
+/// Hardening round 2, item 12: a principal's scope is bounded (100,000
+/// agent ids made every one of its calls 20 times slower).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn item_12_a_principals_scope_is_bounded() {
+    let world = World::new().await;
+    let mut admin = world.as_("admin");
+    let many: Vec<String> = (0..257).map(|i| format!("a{i}")).collect();
+    let refs: Vec<&str> = many.iter().map(String::as_str).collect();
+    for (agents, roots) in [(&refs[..], &[][..]), (&["x"][..], &refs[..])] {
+        let err = principal(&mut admin, "wide", &[pb::Role::Agent], agents, roots)
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), Code::ResourceExhausted, "{err:?}");
+    }
+    principal(&mut admin, "wide", &[pb::Role::Agent], &refs[..256], &[])
+        .await
+        .unwrap();
+}

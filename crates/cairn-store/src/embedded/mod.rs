@@ -133,12 +133,16 @@ impl Embedded {
     /// the writer and the readers; returns the engine and the hub it feeds.
     pub fn open(opts: &StoreOptions) -> Result<(Self, Arc<Hub>)> {
         crate::health::install_panic_hook();
+        let new_dir = !opts.data_dir.exists();
         std::fs::create_dir_all(&opts.data_dir)
             .map_err(|e| Error::Storage(format!("create {}: {e}", opts.data_dir.display())))?;
         let path = opts.data_dir.join(DB_FILE);
+        let new_file = !path.exists();
         let health = Arc::new(Health::new(path.display().to_string()));
         let db = guard(|| Ok(tables::open(&path, opts.check_integrity, opts.cache_bytes)?))
             .map_err(|e| health.observe(e))?;
+        private(&opts.data_dir, new_dir, 0o700);
+        private(&path, new_file, 0o600);
         let db = Arc::new(db);
         let start = guard(|| {
             let txn = db
@@ -279,4 +283,23 @@ impl Backend for Embedded {
             .await;
         })
     }
+}
+
+/// Plans, todos and token hashes are nobody else's business: what Cairn
+/// creates is its owner's only (`mode`); an existing path that others may
+/// read is left as the operator made it, with a warning.
+fn private(path: &std::path::Path, created: bool, mode: u32) {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        if created {
+            if let Err(e) = std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)) {
+                tracing::warn!(path = %path.display(), error = %e, "could not make the data private");
+            }
+        } else if std::fs::metadata(path).is_ok_and(|m| m.permissions().mode() & 0o077 != 0) {
+            tracing::warn!(path = %path.display(), "the data is readable by other users: chmod it (Cairn creates it with mode {mode:o})");
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = (path, created, mode);
 }
