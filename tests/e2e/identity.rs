@@ -148,10 +148,19 @@ pub fn pki(dir: &std::path::Path) -> Pki {
     let ca_key = KeyPair::generate().unwrap();
     let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
     ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    // Names of their own: OpenSSL (curl) takes a leaf whose issuer name
+    // equals its subject for self-signed.
+    ca.distinguished_name = rcgen::DistinguishedName::new();
+    ca.distinguished_name
+        .push(rcgen::DnType::CommonName, "cairn test CA");
     let ca_cert = ca.self_signed(&ca_key).unwrap();
     let issuer = rcgen::Issuer::new(ca, ca_key);
     let server_key = KeyPair::generate().unwrap();
     let mut server = CertificateParams::new(vec!["localhost".to_owned()]).unwrap();
+    server.distinguished_name = rcgen::DistinguishedName::new();
+    server
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "localhost");
     server
         .subject_alt_names
         .push(SanType::IpAddress("127.0.0.1".parse().unwrap()));
@@ -271,5 +280,70 @@ async fn tls_and_mutual_tls() {
     health(tls_channel(&p.addr, &pki, true).await.unwrap())
         .await
         .unwrap();
+    p.stop().await;
+}
+
+/// Hardening round 2, item 16: under TLS the metrics listener speaks TLS
+/// too, with the same client-certificate rule as the API.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn item_16_metrics_follow_the_servers_tls() {
+    if !cairn_testkit::tools::needs(
+        cairn_testkit::tools::runs("curl", &["--version"]),
+        "curl",
+        "Debian: apt-get install curl",
+    ) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let pki = pki(dir.path());
+    let s = |p: &std::path::Path| p.to_str().unwrap().to_owned();
+    let p = Proc::start(
+        &bin(),
+        &dir.path().join("data"),
+        &[
+            "--tls-cert",
+            &s(&pki.server_cert),
+            "--tls-key",
+            &s(&pki.server_key),
+            "--tls-client-ca",
+            &s(&pki.ca),
+            "--metrics-listen",
+            "127.0.0.1:0",
+        ],
+    );
+    let port = p.metrics.clone().unwrap();
+    let port = port.rsplit(':').next().unwrap().to_owned();
+    let curl = |args: &[&str]| {
+        std::process::Command::new("curl")
+            .args(["-sS", "--max-time", "10"])
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let plain = curl(&[&format!("http://127.0.0.1:{port}/metrics")]);
+    assert!(
+        !String::from_utf8_lossy(&plain.stdout).contains("cairn_"),
+        "plaintext metrics under TLS"
+    );
+    let url = format!("https://localhost:{port}/metrics");
+    let no_cert = curl(&["--cacert", &s(&pki.ca), &url]);
+    assert!(
+        !no_cert.status.success(),
+        "no client certificate, no metrics"
+    );
+    let ok = curl(&[
+        "--cacert",
+        &s(&pki.ca),
+        "--cert",
+        &s(&pki.client_cert),
+        "--key",
+        &s(&pki.client_key),
+        &url,
+    ]);
+    assert!(
+        String::from_utf8_lossy(&ok.stdout).contains("cairn_"),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
     p.stop().await;
 }

@@ -77,6 +77,34 @@ def image():
     return IMAGE
 
 
+def _listener_pids(port):
+    """The processes holding the listening socket of `port`: the
+    container's own server, whatever other `cairn` runs on the machine."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = pathlib.Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            local, state, inode = fields[1], fields[3], fields[9]
+            if state == "0A" and int(local.rsplit(":", 1)[1], 16) == port:
+                inodes.add(f"socket:[{inode}]")
+    pids = set()
+    for proc_dir in pathlib.Path("/proc").iterdir():
+        if not proc_dir.name.isdigit():
+            continue
+        try:
+            for fd in (proc_dir / "fd").iterdir():
+                if os.readlink(fd) in inodes:
+                    pids.add(proc_dir.name)
+                    break
+        except OSError:
+            continue
+    return pids
+
+
 def test_the_image_starts_answers_health_and_requires_a_token(image):
     secrets = tempfile.mkdtemp(prefix="cairn-secrets-")
     token = pathlib.Path(secrets, "cairn-admin-token")
@@ -116,8 +144,10 @@ def test_the_image_starts_answers_health_and_requires_a_token(image):
         me = stub.WhoAmI(auth_pb2.WhoAmIRequest(), metadata=(("authorization", f"Bearer {TOKEN}"),), timeout=10)
         assert me.principal.principal_id
 
-        # Not root: the server process runs as the image's user.
-        pid = subprocess.run(["pgrep", "-x", "cairn"], capture_output=True, text=True).stdout.split()
+        # Not root: the server process runs as the image's user. It is found
+        # by its listening socket, not its name (another `cairn` may run).
+        pid = _listener_pids(port)
+        assert pid, f"no process listens on {port}"
         uids = {
             pathlib.Path(f"/proc/{p}/status").read_text().split("Uid:")[1].split()[0]
             for p in pid
@@ -131,5 +161,6 @@ def test_the_image_starts_answers_health_and_requires_a_token(image):
             proc.wait(timeout=20)
         except subprocess.TimeoutExpired:
             proc.kill()
-        subprocess.run(["pkill", "-f", "/usr/local/bin/cairn serve"], env=ENV)
+        for p in _listener_pids(port):
+            subprocess.run(["kill", "-KILL", p], env=ENV)
         _run("buildah", "rm", ctr)

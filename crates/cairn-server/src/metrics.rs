@@ -83,6 +83,7 @@ pub async fn serve(
     handle: PrometheusHandle,
     store: Store,
     limits: crate::conn::ConnLimits,
+    tls: Option<std::sync::Arc<rustls::ServerConfig>>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) {
     let router = Router::new().route(
@@ -106,7 +107,9 @@ pub async fn serve(
             }
         }),
     );
-    crate::conn::serve(listener, router, limits, None, "metrics", shutdown).await;
+    // With TLS on, the same certificate and client-certificate rule as
+    // the API: a scraper under mutual TLS presents its certificate.
+    crate::conn::serve(listener, router, limits, tls, "metrics", shutdown).await;
 }
 
 /// Binds the metrics listener, logging where it is.

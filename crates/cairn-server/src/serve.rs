@@ -189,24 +189,28 @@ pub async fn serve(
         None => None,
     };
     let admin_token = read_admin_token(&config)?;
+    let auth = Auth::new(config.auth, admin_token.as_deref(), store.clone());
+    let compaction = tokio::spawn(compactor::run(store.clone(), config.retention));
     let tls = config
         .tls
         .as_ref()
         .map(TlsFiles::server_config)
         .transpose()?;
-    let auth = Auth::new(config.auth, admin_token.as_deref(), store.clone());
-    let compaction = tokio::spawn(compactor::run(store.clone(), config.retention));
     let metrics_task = match config.metrics_listen {
         Some(addr) => {
             let listener = crate::metrics::bind(addr)
                 .await
                 .map_err(|e| ServeError::Config(format!("--metrics-listen {addr}: {e}")))?;
+            if tls.is_none() && !addr.ip().is_loopback() {
+                tracing::warn!(metrics_listen = %addr, "metrics are served in plaintext and without authentication beyond loopback: anyone who reaches the port reads them (serve with --tls-cert, or bind to loopback behind a proxy)");
+            }
             crate::metrics::install().map(|handle| {
                 tokio::spawn(crate::metrics::serve(
                     listener,
                     handle,
                     store.clone(),
                     config.conn,
+                    tls.clone(),
                     std::future::pending(),
                 ))
             })
