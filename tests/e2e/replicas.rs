@@ -789,3 +789,65 @@ async fn item_9_one_member_killed_writes_go_on() {
     }
     one_member_gone_writes_go_on(Fault::Kill).await;
 }
+
+/// Hardening round 2, item 15: an operator's compaction of revisions that
+/// are not Cairn's (other keys on the same cluster) loses nothing, so a
+/// replica starting after it neither cries data loss nor stops serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn item_15_a_compaction_of_foreign_revisions_is_no_alarm() {
+    use cairn_etcd::pb::etcdserverpb::kv_client::KvClient;
+    use cairn_etcd::pb::etcdserverpb::{CompactionRequest, PutRequest};
+    if !cairn_testkit::tools::etcd() {
+        return;
+    }
+    let cluster = EtcdCluster::start(3).await;
+    let dir = tempfile::tempdir().unwrap();
+    let a = replica(&cluster, &dir, "a");
+    let mut plans = PlanServiceClient::new(a.channel().await);
+    plans.update_plan(marked("s", "cairn's")).await.unwrap();
+    a.stop().await;
+    let channel = tonic::transport::Endpoint::from_shared(cluster.endpoint(0))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut kv = KvClient::new(channel);
+    let mut last = 0;
+    for i in 0..20 {
+        last = kv
+            .put(PutRequest {
+                key: format!("/other-app/{i}").into_bytes(),
+                value: b"x".to_vec(),
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .header
+            .unwrap()
+            .revision;
+    }
+    kv.compact(CompactionRequest {
+        revision: last,
+        physical: true,
+    })
+    .await
+    .unwrap();
+    let b = replica(&cluster, &dir, "b");
+    let (serving, _) = redundancy(b.channel().await).await;
+    assert_eq!(serving, 1, "SERVING at once");
+    let mut plans = PlanServiceClient::new(b.channel().await);
+    let plan = plans
+        .get_plan(pb::GetPlanRequest {
+            session_id: "s".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(plan.plan.unwrap().items[0].step, "cairn's");
+    plans.update_plan(marked("s", "after")).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let log = b.log();
+    assert!(!log.contains("not dispatched"), "{log}");
+    assert!(!log.contains("NOT_SERVING"), "{log}");
+}

@@ -184,7 +184,10 @@ pub async fn follow(inner: Arc<Inner>, mut next: i64) {
             return;
         }
         match follow_once(&inner, &mut next).await {
-            Ok(()) => return,
+            Ok(Flow::Closed) => return,
+            // Only foreign revisions were compacted: nothing was lost, and
+            // the replica serves on without a pause.
+            Ok(Flow::Resume) => {}
             Err(e) => {
                 if inner.is_closed() {
                     return;
@@ -198,24 +201,61 @@ pub async fn follow(inner: Arc<Inner>, mut next: i64) {
     }
 }
 
-async fn follow_once(inner: &Inner, next: &mut i64) -> Result<()> {
+/// How a log watch ended without an error.
+enum Flow {
+    /// The engine closed.
+    Closed,
+    /// Watch again from `next`.
+    Resume,
+}
+
+/// Whether etcd's compaction to `compact` took Cairn revisions from `next`
+/// on that this replica never dispatched: the log key's last version at
+/// the compact revision is one of them. Revisions of other keys sharing
+/// the cluster (an operator's compaction of foreign history) lose nothing.
+async fn lost_to_compaction(inner: &Inner, next: i64, compact: i64) -> bool {
+    let at = inner
+        .client
+        .range(crate::pb::etcdserverpb::RangeRequest {
+            key: inner.keys.log(),
+            revision: compact,
+            ..Default::default()
+        })
+        .await;
+    match at {
+        Ok(r) => r.kvs.first().is_some_and(|kv| kv.mod_revision >= next),
+        // Cannot tell: assume the worst, and say so.
+        Err(_) => true,
+    }
+}
+
+async fn follow_once(inner: &Inner, next: &mut i64) -> Result<Flow> {
     let (_keep, mut stream) = open_watch(&inner.client, inner.keys.log(), *next).await?;
     loop {
         let msg = tokio::select! {
             m = next_message(&inner.client, &mut stream, false) => m?,
-            () = inner.closed() => return Ok(()),
+            () = inner.closed() => return Ok(Flow::Closed),
         };
         if msg.compact_revision > 0 {
-            // Revisions this replica never dispatched are gone: its
-            // watchers cannot be told what they missed. Say so loudly and
-            // go on from what etcd still holds.
-            tracing::error!(
+            if lost_to_compaction(inner, *next, msg.compact_revision).await {
+                // Revisions this replica never dispatched are gone: its
+                // watchers cannot be told what they missed. Say so loudly
+                // and go on from what etcd still holds.
+                tracing::error!(
+                    next = *next,
+                    compact_revision = msg.compact_revision,
+                    "etcd compacted revisions this replica had not dispatched yet"
+                );
+                *next = msg.compact_revision;
+                return Err(Error::Unavailable("log compacted under the watch".into()));
+            }
+            tracing::info!(
                 next = *next,
                 compact_revision = msg.compact_revision,
-                "etcd compacted revisions this replica had not dispatched yet"
+                "etcd was compacted past this replica's position, over revisions that are not Cairn's; following on"
             );
             *next = msg.compact_revision;
-            return Err(Error::Unavailable("log compacted under the watch".into()));
+            return Ok(Flow::Resume);
         }
         if msg.canceled {
             return Err(Error::Unavailable(format!(

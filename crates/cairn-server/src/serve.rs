@@ -161,6 +161,7 @@ pub async fn serve(
     // Refuse an unsafe configuration before touching the store.
     let listen_addrs = [listener.local_addr().ok(), config.web_listen];
     check_exposure(&config, &listen_addrs)?;
+    let admin_token = read_admin_token(&config)?;
     let store = if let Some(etcd) = &config.etcd {
         let mut etcd = etcd.clone();
         etcd.watch_buffer = config.store.watch_buffer;
@@ -171,15 +172,6 @@ pub async fn serve(
             .await
             .map_err(|e| cairn_core::error::Error::Internal(format!("open task: {e}")))??
     };
-    let listen = listener
-        .local_addr()
-        .map_or_else(|e| format!("unknown ({e})"), |a| a.to_string());
-    tracing::info!(
-        listen = %listen,
-        data = %store.describe(),
-        revision = store.revision(),
-        "cairn serving"
-    );
     let web = match config.web_listen {
         Some(addr) => {
             let web = TcpListener::bind(addr).await?;
@@ -188,7 +180,6 @@ pub async fn serve(
         }
         None => None,
     };
-    let admin_token = read_admin_token(&config)?;
     let auth = Auth::new(config.auth, admin_token.as_deref(), store.clone());
     let compaction = tokio::spawn(compactor::run(store.clone(), config.retention));
     let tls = config
@@ -217,6 +208,17 @@ pub async fn serve(
         }
         None => None,
     };
+    // Only now, with every listener bound and every secret read: a start
+    // that fails never claims to serve.
+    let listen = listener
+        .local_addr()
+        .map_or_else(|e| format!("unknown ({e})"), |a| a.to_string());
+    tracing::info!(
+        listen = %listen,
+        data = %store.describe(),
+        revision = store.revision(),
+        "cairn serving"
+    );
     let result = serve_store(listener, web, store.clone(), auth, tls, &config, shutdown).await;
     compaction.abort();
     if let Some(task) = metrics_task {

@@ -27,11 +27,79 @@ pub fn status(err: Error) -> Status {
         meta,
         field,
     } = classify(&err);
+    log(code, reason, &message);
     let mut details = ErrorDetails::with_error_info(reason, ERROR_DOMAIN, meta);
     if let Some((f, d)) = field {
         details.add_bad_request_violation(f, d);
     }
     Status::with_error_details(code, message, details)
+}
+
+/// Logs a call's failure once, at the level its cause deserves: the
+/// server's own failures at ERROR; refusals (an unknown token, a denied
+/// right) at WARN, at most [`REFUSALS_PER_SECOND`] a second whatever the
+/// flood, with a count of those left out; every other client error (a
+/// rule, a conflict, a missing session) at DEBUG, as it is the client's
+/// business and any client could fill the log with them.
+fn log(code: Code, reason: &str, message: &str) {
+    match code {
+        Code::Internal | Code::DataLoss | Code::Unknown => {
+            tracing::error!(code = ?code, reason, "{message}");
+        }
+        Code::Unavailable => tracing::warn!(code = ?code, reason, "{message}"),
+        Code::PermissionDenied | Code::Unauthenticated => {
+            if let Some(left_out) = REFUSALS.admit() {
+                tracing::warn!(code = ?code, reason, left_out, "call refused: {message}");
+            }
+        }
+        _ => tracing::debug!(code = ?code, reason, "{message}"),
+    }
+}
+
+/// Refusals logged per second at most.
+pub const REFUSALS_PER_SECOND: u64 = 10;
+
+/// A per-second budget of log lines, shared by every call.
+struct Budget {
+    /// Packed: the second (high 40 bits) and the lines used in it.
+    state: std::sync::atomic::AtomicU64,
+    /// Lines left out since the last one logged.
+    dropped: std::sync::atomic::AtomicU64,
+}
+
+static REFUSALS: Budget = Budget {
+    state: std::sync::atomic::AtomicU64::new(0),
+    dropped: std::sync::atomic::AtomicU64::new(0),
+};
+
+impl Budget {
+    /// `Some(lines left out before this one)` when this line may go out.
+    fn admit(&self) -> Option<u64> {
+        use std::sync::atomic::Ordering::Relaxed;
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs())
+            & 0xff_ffff_ffff;
+        let admitted = self
+            .state
+            .fetch_update(Relaxed, Relaxed, |s| {
+                let (second, used) = (s >> 24, s & 0xff_ffff);
+                if second != now {
+                    Some((now << 24) | 1)
+                } else if used < REFUSALS_PER_SECOND {
+                    Some(s + 1)
+                } else {
+                    None
+                }
+            })
+            .is_ok();
+        if admitted {
+            Some(self.dropped.swap(0, Relaxed))
+        } else {
+            self.dropped.fetch_add(1, Relaxed);
+            None
+        }
+    }
 }
 
 /// The gRPC code of an error, for surfaces that speak another protocol

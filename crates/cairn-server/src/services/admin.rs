@@ -36,7 +36,7 @@ type BackupStream = Pin<Box<dyn Stream<Item = Result<pb::BackupResponse, Status>
 impl AdminService for AdminApi {
     type BackupStream = BackupStream;
 
-    #[instrument(skip_all, err)]
+    #[instrument(skip_all)]
     async fn backup(
         &self,
         request: Request<pb::BackupRequest>,

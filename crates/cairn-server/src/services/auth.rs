@@ -207,7 +207,7 @@ impl AuthApi {
 
 #[tonic::async_trait]
 impl AuthService for AuthApi {
-    #[instrument(skip_all, fields(principal_id = %Excerpt(request.get_ref().principal.as_ref().map_or("", |p| p.principal_id.as_str()))), err)]
+    #[instrument(skip_all, fields(principal_id = %Excerpt(request.get_ref().principal.as_ref().map_or("", |p| p.principal_id.as_str()))))]
     async fn create_principal(
         &self,
         request: Request<pb::CreatePrincipalRequest>,
@@ -219,7 +219,7 @@ impl AuthService for AuthApi {
             .map_err(status)
     }
 
-    #[instrument(skip_all, err)]
+    #[instrument(skip_all)]
     async fn list_principals(
         &self,
         request: Request<pb::ListPrincipalsRequest>,
@@ -231,7 +231,7 @@ impl AuthService for AuthApi {
             .map_err(status)
     }
 
-    #[instrument(skip_all, fields(principal_id = %Excerpt(&request.get_ref().principal_id)), err)]
+    #[instrument(skip_all, fields(principal_id = %Excerpt(&request.get_ref().principal_id)))]
     async fn delete_principal(
         &self,
         request: Request<pb::DeletePrincipalRequest>,
@@ -243,7 +243,7 @@ impl AuthService for AuthApi {
             .map_err(status)
     }
 
-    #[instrument(skip_all, fields(principal_id = %Excerpt(&request.get_ref().principal_id)), err)]
+    #[instrument(skip_all, fields(principal_id = %Excerpt(&request.get_ref().principal_id)))]
     async fn rotate_token(
         &self,
         request: Request<pb::RotateTokenRequest>,
@@ -255,7 +255,7 @@ impl AuthService for AuthApi {
             .map_err(status)
     }
 
-    #[instrument(skip_all, err)]
+    #[instrument(skip_all)]
     async fn who_am_i(
         &self,
         request: Request<pb::WhoAmIRequest>,

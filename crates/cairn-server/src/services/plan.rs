@@ -675,7 +675,7 @@ macro_rules! plan_rpcs {
         #[tonic::async_trait]
         impl PlanService for PlanApi {
             $(
-                #[instrument(skip_all, fields(session_id = %Excerpt(&request.get_ref().session_id)), err)]
+                #[instrument(skip_all, fields(session_id = %Excerpt(&request.get_ref().session_id)))]
                 async fn $name(&self, request: Request<$req>) -> Result<Response<$resp>, Status> {
                     let caller = caller(&request)?;
                     self.$inner(&caller, request.into_inner()).await.map(Response::new).map_err(status)

@@ -226,7 +226,7 @@ impl SessionApi {
 
 #[tonic::async_trait]
 impl SessionService for SessionApi {
-    #[instrument(skip_all, fields(session_id = %Excerpt(request.get_ref().session.as_ref().map_or("", |s| s.session_id.as_str()))), err)]
+    #[instrument(skip_all, fields(session_id = %Excerpt(request.get_ref().session.as_ref().map_or("", |s| s.session_id.as_str()))))]
     async fn create_session(
         &self,
         request: Request<pb::CreateSessionRequest>,
@@ -238,7 +238,7 @@ impl SessionService for SessionApi {
             .map_err(status)
     }
 
-    #[instrument(skip_all, fields(session_id = %Excerpt(&request.get_ref().session_id)), err)]
+    #[instrument(skip_all, fields(session_id = %Excerpt(&request.get_ref().session_id)))]
     async fn get_session(
         &self,
         request: Request<pb::GetSessionRequest>,
@@ -250,7 +250,7 @@ impl SessionService for SessionApi {
             .map_err(status)
     }
 
-    #[instrument(skip_all, fields(page_token = %Excerpt(&request.get_ref().page_token)), err)]
+    #[instrument(skip_all, fields(page_token = %Excerpt(&request.get_ref().page_token)))]
     async fn list_sessions(
         &self,
         request: Request<pb::ListSessionsRequest>,
@@ -262,7 +262,7 @@ impl SessionService for SessionApi {
             .map_err(status)
     }
 
-    #[instrument(skip_all, fields(session_id = %Excerpt(&request.get_ref().session_id)), err)]
+    #[instrument(skip_all, fields(session_id = %Excerpt(&request.get_ref().session_id)))]
     async fn update_session(
         &self,
         request: Request<pb::UpdateSessionRequest>,
@@ -274,7 +274,7 @@ impl SessionService for SessionApi {
             .map_err(status)
     }
 
-    #[instrument(skip_all, fields(session_id = %Excerpt(&request.get_ref().session_id), cascade = request.get_ref().cascade), err)]
+    #[instrument(skip_all, fields(session_id = %Excerpt(&request.get_ref().session_id), cascade = request.get_ref().cascade))]
     async fn delete_session(
         &self,
         request: Request<pb::DeleteSessionRequest>,

@@ -87,7 +87,7 @@ impl TodoApi {
 
 #[tonic::async_trait]
 impl TodoService for TodoApi {
-    #[instrument(skip_all, fields(agent_id = %Excerpt(&request.get_ref().agent_id)), err)]
+    #[instrument(skip_all, fields(agent_id = %Excerpt(&request.get_ref().agent_id)))]
     async fn read_todos(
         &self,
         request: Request<pb::ReadTodosRequest>,
@@ -99,7 +99,7 @@ impl TodoService for TodoApi {
             .map_err(status)
     }
 
-    #[instrument(skip_all, fields(agent_id = %Excerpt(&request.get_ref().agent_id), todos = request.get_ref().todos.len()), err)]
+    #[instrument(skip_all, fields(agent_id = %Excerpt(&request.get_ref().agent_id), todos = request.get_ref().todos.len()))]
     async fn write_todos(
         &self,
         request: Request<pb::WriteTodosRequest>,

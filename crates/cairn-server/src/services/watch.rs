@@ -279,7 +279,7 @@ pub type WatchStream = Pin<Box<dyn Stream<Item = Result<pb::WatchResponse, Statu
 impl WatchService for WatchApi {
     type WatchStream = WatchStream;
 
-    #[instrument(skip_all, fields(target = %watch_target(request.get_ref().target.as_ref()), start = ?request.get_ref().start_revision), err)]
+    #[instrument(skip_all, fields(target = %watch_target(request.get_ref().target.as_ref()), start = ?request.get_ref().start_revision))]
     async fn watch(
         &self,
         request: Request<pb::WatchRequest>,
@@ -291,7 +291,7 @@ impl WatchService for WatchApi {
             .map_err(status)
     }
 
-    #[instrument(skip_all, fields(target = %wait_target(request.get_ref().target.as_ref())), err)]
+    #[instrument(skip_all, fields(target = %wait_target(request.get_ref().target.as_ref())))]
     async fn wait(
         &self,
         request: Request<pb::WaitRequest>,
