@@ -116,10 +116,26 @@ where
     fn call(&mut self, req: Request<Incoming>) -> Self::Future {
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
+        if req.method() == http::Method::GET && req.uri().path().starts_with("/cairn.v1.") {
+            // Connect's GET is for methods marked free of side effects;
+            // none of Cairn's is, so say so in Connect's own form.
+            let e = ConnectError::new(
+                Code::Unimplemented,
+                "Connect GET is not supported: POST the request (application/json or application/proto)",
+            );
+            return Box::pin(async move { Ok(e.response()) });
+        }
         let Some(kind) = kind(&req) else {
             let fut = inner.call(req.map(Body::new));
             return Box::pin(fut);
         };
+        if let Some(e) = compressed(&req, kind) {
+            let r = match kind {
+                Kind::Unary(_) => e.response(),
+                Kind::Stream(codec) => end_of_stream(codec, Some(e)),
+            };
+            return Box::pin(async move { Ok(r) });
+        }
         let max = self.max_request_bytes;
         let auth = Arc::clone(&self.auth);
         Box::pin(async move {
@@ -132,6 +148,25 @@ where
             })
         })
     }
+}
+
+/// Compression is not offered: a compressed request is refused as the
+/// Connect protocol says (`unimplemented`, naming what is accepted)
+/// rather than misread.
+fn compressed(req: &Request<Incoming>, kind: Kind) -> Option<ConnectError> {
+    let header = match kind {
+        Kind::Unary(_) => header::CONTENT_ENCODING.as_str(),
+        Kind::Stream(_) => "connect-content-encoding",
+    };
+    let encoding = req.headers().get(header)?.to_str().unwrap_or("?").trim();
+    (!encoding.eq_ignore_ascii_case("identity")).then(|| {
+        ConnectError::new(
+            Code::Unimplemented,
+            format!(
+                "{header} {encoding:?} is not supported: send the request uncompressed (identity)"
+            ),
+        )
+    })
 }
 
 /// Finds the caller from its headers alone, before the body is read; the
@@ -334,7 +369,17 @@ async fn decode(m: &MethodDescriptor, codec: Codec, body: Bytes) -> Result<Vec<u
 /// Request bytes in the codec's form → protobuf.
 fn to_proto(m: &MethodDescriptor, codec: Codec, body: &[u8]) -> Result<Vec<u8>, ConnectError> {
     match codec {
-        Codec::Proto => Ok(body.to_vec()),
+        Codec::Proto => {
+            // Checked here, so that garbage is the client's error
+            // (invalid_argument), not a decoding failure deep inside.
+            DynamicMessage::decode(m.input(), body).map_err(|e| {
+                ConnectError::new(
+                    Code::InvalidArgument,
+                    format!("request: not a valid {}: {e}", m.input().full_name()),
+                )
+            })?;
+            Ok(body.to_vec())
+        }
         Codec::Json => {
             let mut de = serde_json::Deserializer::from_slice(body);
             let msg = DynamicMessage::deserialize(m.input(), &mut de)
@@ -539,9 +584,15 @@ where
     let request = async {
         let (parts, mut body) = read_body(req, max).await?;
         let mut buf = BytesMut::from(body.split_to(body.len()).as_ref());
-        let (_, message) = take_frame(&mut buf).ok_or_else(|| {
+        let (flags, message) = take_frame(&mut buf).ok_or_else(|| {
             ConnectError::new(Code::InvalidArgument, "request: no enveloped message")
         })?;
+        if flags & 1 != 0 {
+            return Err(ConnectError::new(
+                Code::Unimplemented,
+                "request: a compressed envelope is not supported: send it uncompressed",
+            ));
+        }
         let message = decode(&m, codec, message).await?;
         Ok::<_, ConnectError>(grpc_request(&parts, &message))
     };

@@ -186,3 +186,48 @@ async fn item_4_connect_authenticates_before_reading_the_body() {
         }
     }
 }
+
+/// Item 14: Connect's edges answer in Connect's own terms: garbage
+/// protobuf is the client's error, compression is refused rather than
+/// misread, and GET gets a body that says what to do.
+#[tokio::test]
+async fn item_14_connect_edges() {
+    let server = TestServer::start().await;
+    let addr = server.addr;
+    let garbage = http1(
+        addr,
+        &format!("POST /cairn.v1.PlanService/GetPlan HTTP/1.1\r\nHost: {addr}\r\ncontent-type: application/proto"),
+        &[0xff, 0xff, 0xff, 0xff, 0x0f, 0x01],
+    )
+    .await;
+    assert!(garbage.starts_with("HTTP/1.1 400"), "{garbage}");
+    assert!(garbage.contains("invalid_argument"), "{garbage}");
+
+    let gzip = http1(
+        addr,
+        &format!("POST /cairn.v1.PlanService/GetPlan HTTP/1.1\r\nHost: {addr}\r\ncontent-type: application/json\r\ncontent-encoding: gzip"),
+        b"\x1f\x8b\x08\x00\x00\x00\x00\x00",
+    )
+    .await;
+    assert!(gzip.starts_with("HTTP/1.1 501"), "{gzip}");
+    assert!(gzip.contains("unimplemented"), "{gzip}");
+    // A compressed envelope on a stream.
+    let mut envelope = vec![1u8, 0, 0, 0, 2];
+    envelope.extend_from_slice(b"{}");
+    let stream = http1(
+        addr,
+        &format!("POST /cairn.v1.WatchService/Watch HTTP/1.1\r\nHost: {addr}\r\ncontent-type: application/connect+json"),
+        &envelope,
+    )
+    .await;
+    assert!(stream.contains("unimplemented"), "{stream}");
+
+    let get = http1(
+        addr,
+        &format!("GET /cairn.v1.PlanService/GetPlan?connect=v1&encoding=json&message=%7B%7D HTTP/1.1\r\nHost: {addr}"),
+        b"",
+    )
+    .await;
+    assert!(get.contains("\"code\":\"unimplemented\""), "{get}");
+    assert!(get.contains("POST the request"), "{get}");
+}
