@@ -195,6 +195,12 @@ pub struct ServeArgs {
     /// Close connections that take longer than this to send a whole request (or request headers).
     #[arg(long, env = "CAIRN_HEADER_READ_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
     pub header_read_timeout: Duration,
+    /// How long a request body may take to arrive, plus a second per 64 KiB it brings; slower, the request fails and its connection closes.
+    #[arg(long, env = "CAIRN_BODY_READ_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
+    pub body_read_timeout: Duration,
+    /// Most connections one peer address may hold at once (per listener).
+    #[arg(long, env = "CAIRN_MAX_CONNECTIONS_PER_PEER", default_value_t = ConnLimits::default().max_connections_per_peer)]
+    pub max_connections_per_peer: usize,
     /// On SIGTERM, how long open requests get to finish before their connections are closed.
     #[arg(long, env = "CAIRN_DRAIN_TIMEOUT", default_value = "20s", value_parser = parse_duration)]
     pub drain_timeout: Duration,
@@ -339,6 +345,8 @@ impl ServeArgs {
                 idle_timeout: self.idle_timeout,
                 header_read_timeout: self.header_read_timeout,
                 drain_timeout: self.drain_timeout,
+                body_read_timeout: self.body_read_timeout,
+                max_connections_per_peer: self.max_connections_per_peer.max(1),
             },
             max_request_bytes: self.max_request_bytes.max(1024),
             auth: match self.auth {

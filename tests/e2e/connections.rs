@@ -151,3 +151,92 @@ async fn out_of_file_descriptors_backs_off_and_recovers() {
     }
     p.stop().await;
 }
+
+async fn health_ok(addr: &str) -> bool {
+    let Ok(channel) = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect_timeout(Duration::from_secs(2))
+        .connect()
+        .await
+    else {
+        return false;
+    };
+    tokio::time::timeout(
+        Duration::from_secs(3),
+        HealthClient::new(channel).check(HealthCheckRequest::default()),
+    )
+    .await
+    .is_ok_and(|r| r.is_ok())
+}
+
+/// Hardening round 2, item 5: bodies trickled a byte at a time used to hold
+/// every connection for ever (40 sockets took `--max-connections 40`, with
+/// no token). A body now has its deadline, and its connection goes with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn item_5_trickled_bodies_cannot_hold_the_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = Proc::start(
+        &bin(),
+        dir.path(),
+        &["--max-connections", "40", "--body-read-timeout", "2s"],
+    );
+    let addr = p.addr.clone();
+    let mut socks = Vec::new();
+    for _ in 0..40 {
+        let mut conn = TcpStream::connect(&addr).await.unwrap();
+        conn.write_all(
+            format!("POST /cairn.v1.PlanService/GetPlan HTTP/1.1\r\nHost: {addr}\r\ncontent-type: application/json\r\ncontent-length: 1000\r\n\r\n{{")
+                .as_bytes(),
+        )
+        .await
+        .unwrap();
+        socks.push(conn);
+    }
+    // The slots are taken: a real call gets nowhere now.
+    assert!(!health_ok(&addr).await, "the limit did not bind");
+    // Keep trickling, a byte a second, as the attack did.
+    let trickle = tokio::spawn(async move {
+        for _ in 0..8 {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            for s in &mut socks {
+                let _ = s.write_all(b" ").await;
+            }
+        }
+        socks
+    });
+    // Past the body deadline the trickling connections are closed.
+    let served = tokio::time::timeout(Duration::from_secs(15), async {
+        loop {
+            if health_ok(&addr).await {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    })
+    .await;
+    assert!(served.is_ok(), "real calls never got through");
+    let mut socks = trickle.await.unwrap();
+    for s in &mut socks {
+        // Whatever it answered, the server closed it.
+        let mut rest = Vec::new();
+        let ended = tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut rest)).await;
+        assert!(ended.is_ok(), "a trickling connection is still open");
+    }
+}
+
+/// Hardening round 2, item 5: one peer holds at most its share.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn item_5_one_peer_holds_at_most_its_share() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = Proc::start(&bin(), dir.path(), &["--max-connections-per-peer", "5"]);
+    let mut held = Vec::new();
+    for _ in 0..5 {
+        held.push(TcpStream::connect(&p.addr).await.unwrap());
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut sixth = TcpStream::connect(&p.addr).await.unwrap();
+    assert!(closed_by_server(&mut sixth, Duration::from_secs(5)).await);
+    drop(held);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(health_ok(&p.addr).await);
+}

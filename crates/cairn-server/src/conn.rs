@@ -11,6 +11,12 @@
 //!   an HTTP/1 request whose headers do not finish in that time;
 //! - a connection with no request in flight for `idle_timeout` is closed
 //!   gracefully (HTTP/2 `GOAWAY`); open watch streams count as in flight;
+//! - a request body must keep coming: it has `body_read_timeout`, plus a
+//!   second for every [`MIN_BODY_RATE`] bytes it brings; past that the
+//!   request fails and its connection is closed (a body trickled a byte at
+//!   a time no longer holds a connection for ever);
+//! - one peer address holds at most `max_connections_per_peer` of the
+//!   connections, so a handful of remote sockets cannot take them all;
 //! - when `accept` fails (out of file descriptors), the loop backs off and
 //!   says so, instead of spinning;
 //! - on shutdown the listener closes at once (new connections are refused,
@@ -54,7 +60,14 @@ pub struct ConnLimits {
     pub header_read_timeout: Duration,
     /// How long open connections get to finish after shutdown begins.
     pub drain_timeout: Duration,
+    /// How long a request body may take, before its size's allowance.
+    pub body_read_timeout: Duration,
+    /// Connections one peer address may hold at once.
+    pub max_connections_per_peer: usize,
 }
+
+/// Bytes a second a request body must average, past `body_read_timeout`.
+pub const MIN_BODY_RATE: u64 = 64 * 1024;
 
 impl Default for ConnLimits {
     fn default() -> Self {
@@ -63,6 +76,8 @@ impl Default for ConnLimits {
             idle_timeout: Duration::from_secs(300),
             header_read_timeout: Duration::from_secs(10),
             drain_timeout: Duration::from_secs(20),
+            body_read_timeout: Duration::from_secs(30),
+            max_connections_per_peer: 1024,
         }
     }
 }
@@ -78,7 +93,7 @@ pub async fn serve<S, B>(
     what: &'static str,
     shutdown: impl Future<Output = ()>,
 ) where
-    S: tower::Service<Request<Incoming>, Response = Response<B>, Error = Infallible>
+    S: tower::Service<Request<ReqBody>, Response = Response<B>, Error = Infallible>
         + Clone
         + Send
         + 'static,
@@ -103,6 +118,7 @@ pub async fn serve<S, B>(
     let mut tasks = JoinSet::new();
     let mut backoff = Duration::from_millis(5);
     let mut refused = Throttle::default();
+    let peers = Arc::new(Peers::default());
     let mut failed = Throttle::default();
     tokio::pin!(shutdown);
     loop {
@@ -115,6 +131,13 @@ pub async fn serve<S, B>(
                     let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
                         if refused.due() {
                             tracing::warn!(server = what, limit = limits.max_connections, "connection limit reached: closing new connections");
+                        }
+                        drop(stream);
+                        continue;
+                    };
+                    let Some(peer_slot) = peers.take(peer.ip(), limits.max_connections_per_peer) else {
+                        if refused.due() {
+                            tracing::warn!(server = what, %peer, limit = limits.max_connections_per_peer, "per-peer connection limit reached: closing its new connections");
                         }
                         drop(stream);
                         continue;
@@ -132,7 +155,7 @@ pub async fn serve<S, B>(
                         stopping: stopping.clone(),
                         tls: tls.clone().map(tokio_rustls::TlsAcceptor::from),
                     };
-                    tasks.spawn(conn.run(stream, peer, svc.clone(), slot));
+                    tasks.spawn(conn.run(stream, peer, svc.clone(), (slot, peer_slot)));
                 }
                 Err(e) if is_per_connection(&e) => {}
                 Err(e) => {
@@ -201,6 +224,8 @@ struct Activity {
     last_ms: AtomicU64,
     /// Whether any whole request arrived yet.
     requested: AtomicBool,
+    /// A request body stopped coming: the connection is closed.
+    stalled: AtomicBool,
 }
 
 impl Activity {
@@ -250,9 +275,9 @@ impl Connection {
         stream: tokio::net::TcpStream,
         peer: SocketAddr,
         svc: S,
-        _slot: tokio::sync::OwnedSemaphorePermit,
+        _slots: (tokio::sync::OwnedSemaphorePermit, PeerSlot),
     ) where
-        S: tower::Service<Request<Incoming>, Response = Response<B>, Error = Infallible>
+        S: tower::Service<Request<ReqBody>, Response = Response<B>, Error = Infallible>
             + Clone
             + Send
             + 'static,
@@ -279,7 +304,7 @@ impl Connection {
     async fn serve_io<IO, S, B>(mut self, io: IO, peer: SocketAddr, svc: S)
     where
         IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
-        S: tower::Service<Request<Incoming>, Response = Response<B>, Error = Infallible>
+        S: tower::Service<Request<ReqBody>, Response = Response<B>, Error = Infallible>
             + Clone
             + Send
             + 'static,
@@ -292,10 +317,12 @@ impl Connection {
             in_flight: AtomicUsize::new(0),
             last_ms: AtomicU64::new(0),
             requested: AtomicBool::new(false),
+            stalled: AtomicBool::new(false),
         });
         let tracked = Tracked {
             inner: svc,
             activity: Arc::clone(&activity),
+            body_read_timeout: self.limits.body_read_timeout,
         };
         let conn = self
             .builder
@@ -317,6 +344,10 @@ impl Connection {
                     conn.as_mut().graceful_shutdown();
                 }
                 _ = tick.tick() => {
+                    if activity.stalled.load(Ordering::Acquire) {
+                        tracing::debug!(%peer, "a request body stopped coming: closing");
+                        return;
+                    }
                     let Some(idle) = activity.idle_for() else { continue };
                     if !activity.requested.load(Ordering::Acquire) {
                         if idle >= self.limits.header_read_timeout {
@@ -339,11 +370,12 @@ impl Connection {
 struct Tracked<S> {
     inner: S,
     activity: Arc<Activity>,
+    body_read_timeout: Duration,
 }
 
 impl<S, B> tower::Service<Request<Incoming>> for Tracked<S>
 where
-    S: tower::Service<Request<Incoming>, Response = Response<B>, Error = Infallible>,
+    S: tower::Service<Request<ReqBody>, Response = Response<B>, Error = Infallible>,
     S::Future: Send + 'static,
     B: http_body::Body<Data = Bytes> + Send + 'static,
     B::Error: Into<BoxError>,
@@ -360,7 +392,11 @@ where
 
     fn call(&mut self, req: Request<Incoming>) -> Self::Future {
         let guard = InFlight::new(&self.activity);
-        let fut = self.inner.call(req);
+        let activity = Arc::clone(&self.activity);
+        let timeout = self.body_read_timeout;
+        let fut = self
+            .inner
+            .call(req.map(|body| ReqBody::new(body, timeout, activity)));
         Box::pin(async move {
             let response = fut.await?;
             // The guard lives as long as the body: a watch stream keeps its
@@ -374,5 +410,125 @@ where
                 .boxed_unsync()
             }))
         })
+    }
+}
+
+/// Connections per peer address.
+#[derive(Debug, Default)]
+struct Peers(std::sync::Mutex<std::collections::HashMap<std::net::IpAddr, usize>>);
+
+/// One connection's place in its peer's count; given back on drop.
+pub(crate) struct PeerSlot(Arc<Peers>, std::net::IpAddr);
+
+impl Peers {
+    fn take(self: &Arc<Self>, ip: std::net::IpAddr, limit: usize) -> Option<PeerSlot> {
+        let mut all = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let n = all.entry(ip).or_insert(0);
+        if *n >= limit.max(1) {
+            return None;
+        }
+        *n += 1;
+        Some(PeerSlot(Arc::clone(self), ip))
+    }
+}
+
+impl Drop for PeerSlot {
+    fn drop(&mut self) {
+        let mut all = self
+            .0
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(n) = all.get_mut(&self.1) {
+            *n -= 1;
+            if *n == 0 {
+                all.remove(&self.1);
+            }
+        }
+    }
+}
+
+/// A request body that must keep coming (see the module header): past its
+/// deadline it fails, and its connection is marked to be closed.
+pub struct ReqBody {
+    inner: Incoming,
+    deadline: std::pin::Pin<Box<tokio::time::Sleep>>,
+    start: tokio::time::Instant,
+    allowance: Duration,
+    received: u64,
+    activity: Option<Arc<Activity>>,
+}
+
+/// A request body that stopped coming.
+#[derive(Debug)]
+pub struct BodyTimedOut;
+
+impl std::fmt::Display for BodyTimedOut {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the request body did not arrive in time")
+    }
+}
+
+impl std::error::Error for BodyTimedOut {}
+
+impl ReqBody {
+    fn new(inner: Incoming, allowance: Duration, activity: Arc<Activity>) -> Self {
+        let start = tokio::time::Instant::now();
+        ReqBody {
+            inner,
+            deadline: Box::pin(tokio::time::sleep_until(start + allowance)),
+            start,
+            allowance,
+            received: 0,
+            activity: Some(activity),
+        }
+    }
+}
+
+impl http_body::Body for ReqBody {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, BoxError>>> {
+        let this = &mut *self;
+        match std::pin::Pin::new(&mut this.inner).poll_frame(cx) {
+            Poll::Ready(Some(Ok(frame))) => {
+                if let Some(data) = frame.data_ref() {
+                    this.received += data.len() as u64;
+                    let more = Duration::from_secs(this.received / MIN_BODY_RATE);
+                    let until = this.start + this.allowance + more;
+                    this.deadline.as_mut().reset(until);
+                }
+                Poll::Ready(Some(Ok(frame)))
+            }
+            Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(e.into()))),
+            Poll::Ready(None) => {
+                this.activity = None;
+                Poll::Ready(None)
+            }
+            Poll::Pending => {
+                if this.activity.is_some() && this.deadline.as_mut().poll(cx).is_ready() {
+                    if let Some(a) = this.activity.take() {
+                        a.stalled.store(true, Ordering::Release);
+                    }
+                    return Poll::Ready(Some(Err(Box::new(BodyTimedOut))));
+                }
+                Poll::Pending
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
     }
 }

@@ -27,7 +27,9 @@ use base64::Engine as _;
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use http::{HeaderValue, Request, Response, StatusCode, header};
 use http_body_util::{BodyExt, Full, Limited, StreamBody};
-use hyper::body::{Frame, Incoming};
+use hyper::body::Frame;
+
+use crate::conn::ReqBody as Incoming;
 use prost::Message as _;
 use prost_reflect::{DescriptorPool, DynamicMessage, MethodDescriptor, SerializeOptions};
 use tonic::Code;
