@@ -205,3 +205,104 @@ async fn ids_that_paths_normalise_away_are_refused() {
     }
     p.stop().await;
 }
+
+/// Signs in with `token`; the status and the session cookie, if any.
+async fn sign_in(web: &str, token: &str) -> (u16, Option<String>) {
+    let (status, headers, _) = http(
+        web,
+        &format!("POST /login HTTP/1.1\r\nHost: {web}\r\nOrigin: http://{web}\r\ncontent-type: application/x-www-form-urlencoded"),
+        &format!("token={token}"),
+    )
+    .await;
+    let cookie = header(&headers, "set-cookie")
+        .and_then(|c| c.split(';').next())
+        .map(str::to_owned);
+    (status, cookie)
+}
+
+/// Whether `cookie` still opens the dashboard.
+async fn signed_in(web: &str, cookie: &str) -> bool {
+    let (status, _, _) = http(
+        web,
+        &format!("GET / HTTP/1.1\r\nHost: {web}\r\nCookie: {cookie}"),
+        "",
+    )
+    .await;
+    status == 200
+}
+
+/// Hardening round 2, item 11: another principal cannot sign an approver
+/// out by signing in over and over. Sign-ins are capped per token (its own
+/// oldest goes) and `/login` is rate-limited per address.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn item_11_nobody_signs_an_approver_out() {
+    use cairn_api::auth_service_client::AuthServiceClient;
+    let dir = tempfile::tempdir().unwrap();
+    let admin_file = dir.path().join("admin.token");
+    std::fs::write(&admin_file, "a-bootstrap-admin-token-0123456789").unwrap();
+    let p = Proc::start(
+        &bin(),
+        &dir.path().join("data"),
+        &[
+            "--auth",
+            "token",
+            "--admin-token-file",
+            admin_file.to_str().unwrap(),
+            "--web-listen",
+            "127.0.0.1:0",
+        ],
+    );
+    let web = p.web.clone().unwrap();
+    let mut tokens = Vec::new();
+    for (id, role) in [("lead", pb::Role::Approver), ("noisy", pb::Role::Viewer)] {
+        let mut req = tonic::Request::new(pb::CreatePrincipalRequest {
+            principal: Some(pb::Principal {
+                principal_id: id.into(),
+                roles: vec![role.into()],
+                ..Default::default()
+            }),
+        });
+        req.metadata_mut().insert(
+            "authorization",
+            "Bearer a-bootstrap-admin-token-0123456789".parse().unwrap(),
+        );
+        let r = AuthServiceClient::new(p.channel().await)
+            .create_principal(req)
+            .await
+            .unwrap()
+            .into_inner();
+        tokens.push(r.token);
+    }
+    let (_, lead) = sign_in(&web, &tokens[0]).await;
+    let lead = lead.unwrap();
+    // A burst of sign-ins from one address (the approver's used one of its
+    // ten): some go through, then 429.
+    let mut noisy = Vec::new();
+    let mut limited = 0;
+    for _ in 0..15 {
+        match sign_in(&web, &tokens[1]).await {
+            (303, Some(c)) => noisy.push(c),
+            (429, _) => limited += 1,
+            other => panic!("{other:?}"),
+        }
+    }
+    assert!(
+        limited >= 1 && noisy.len() <= 12,
+        "{} through, {limited} limited",
+        noisy.len()
+    );
+    // Slowly, past the per-token cap of 16: its own oldest sign-in ends.
+    while noisy.len() < 17 {
+        tokio::time::sleep(std::time::Duration::from_millis(600)).await;
+        if let (303, Some(c)) = sign_in(&web, &tokens[1]).await {
+            noisy.push(c);
+        }
+    }
+    assert!(
+        !signed_in(&web, &noisy[0]).await,
+        "the token's oldest sign-in ended"
+    );
+    assert!(signed_in(&web, &noisy[16]).await);
+    assert!(signed_in(&web, &lead).await, "the approver stays signed in");
+    p.stop().await;
+}

@@ -323,6 +323,7 @@ impl Connection {
             inner: svc,
             activity: Arc::clone(&activity),
             body_read_timeout: self.limits.body_read_timeout,
+            peer,
         };
         let conn = self
             .builder
@@ -371,7 +372,12 @@ struct Tracked<S> {
     inner: S,
     activity: Arc<Activity>,
     body_read_timeout: Duration,
+    peer: SocketAddr,
 }
+
+/// The address a request came from, as a request extension.
+#[derive(Debug, Clone, Copy)]
+pub struct Peer(pub SocketAddr);
 
 impl<S, B> tower::Service<Request<Incoming>> for Tracked<S>
 where
@@ -390,7 +396,8 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, req: Request<Incoming>) -> Self::Future {
+    fn call(&mut self, mut req: Request<Incoming>) -> Self::Future {
+        req.extensions_mut().insert(Peer(self.peer));
         let guard = InFlight::new(&self.activity);
         let activity = Arc::clone(&self.activity);
         let timeout = self.body_read_timeout;

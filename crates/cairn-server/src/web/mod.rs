@@ -87,6 +87,8 @@ struct Browser {
 struct Browsers {
     open: Option<Browser>,
     signed_in: Mutex<HashMap<String, Browser>>,
+    /// Sign-in attempts by address: tokens left and when they were counted.
+    attempts: Mutex<HashMap<std::net::IpAddr, (u32, Instant)>>,
     /// Whether cookies are `Secure` (the dashboard is served over TLS).
     secure: bool,
 }
@@ -97,6 +99,15 @@ const COOKIE: &str = "cairn_session";
 const SIGN_IN_FOR: Duration = Duration::from_secs(12 * 60 * 60);
 /// Most browsers signed in at once; the oldest go first.
 const MAX_BROWSERS: usize = 10_000;
+/// Most browsers signed in with one token: a token's new sign-in past it
+/// ends that token's own oldest, never somebody else's.
+const MAX_SIGN_INS_PER_TOKEN: usize = 16;
+/// Sign-in attempts one address may make: a burst, then one per
+/// [`LOGIN_REFILL`].
+const LOGIN_BURST: u32 = 10;
+const LOGIN_REFILL: Duration = Duration::from_millis(500);
+/// Addresses whose sign-in attempts are counted at once.
+const LOGIN_PEERS: usize = 10_000;
 
 /// A request's browser, as the guard found it.
 #[derive(Debug, Clone)]
@@ -104,6 +115,30 @@ struct Signed {
     caller: Caller,
     token_sha256: Option<String>,
     csrf: String,
+}
+
+impl Browsers {
+    /// Whether `ip` may try to sign in now (a token bucket per address).
+    fn may_try(&self, ip: std::net::IpAddr) -> bool {
+        let now = Instant::now();
+        let mut all = self.attempts.lock().unwrap_or_else(PoisonError::into_inner);
+        if all.len() >= LOGIN_PEERS {
+            all.retain(|_, (_, at)| now.duration_since(*at) < LOGIN_REFILL * LOGIN_BURST);
+        }
+        let (tokens, at) = all.entry(ip).or_insert((LOGIN_BURST, now));
+        let refilled =
+            u32::try_from(now.duration_since(*at).as_millis() / LOGIN_REFILL.as_millis())
+                .unwrap_or(u32::MAX);
+        if refilled > 0 {
+            *tokens = tokens.saturating_add(refilled).min(LOGIN_BURST);
+            *at = now;
+        }
+        if *tokens == 0 {
+            return false;
+        }
+        *tokens -= 1;
+        true
+    }
 }
 
 impl Web {
@@ -121,6 +156,7 @@ impl Web {
             browsers: Arc::new(Browsers {
                 open,
                 signed_in: Mutex::new(HashMap::new()),
+                attempts: Mutex::new(HashMap::new()),
                 secure,
             }),
         }
@@ -186,6 +222,16 @@ impl Web {
             .unwrap_or_else(PoisonError::into_inner);
         let now = Instant::now();
         all.retain(|_, b| b.expires > now);
+        let mine: Vec<(String, Instant)> = all
+            .iter()
+            .filter(|(_, b)| b.token_sha256.as_deref() == Some(token_sha256.as_str()))
+            .map(|(k, b)| (k.clone(), b.expires))
+            .collect();
+        if mine.len() >= MAX_SIGN_INS_PER_TOKEN
+            && let Some((oldest, _)) = mine.iter().min_by_key(|(_, e)| *e)
+        {
+            all.remove(oldest);
+        }
         if all.len() >= MAX_BROWSERS
             && let Some(oldest) = all
                 .iter()
@@ -332,9 +378,23 @@ struct SignIn {
     token: String,
 }
 
-async fn login(AxumState(web): AxumState<Web>, Form(form): Form<SignIn>) -> Response {
+async fn login(
+    AxumState(web): AxumState<Web>,
+    peer: Option<Extension<crate::conn::Peer>>,
+    Form(form): Form<SignIn>,
+) -> Response {
     if web.state.auth.mode() == AuthMode::Off {
         return Redirect::to("/").into_response();
+    }
+    if let Some(Extension(peer)) = peer
+        && !web.browsers.may_try(peer.0.ip())
+    {
+        return (
+            StatusCode::TOO_MANY_REQUESTS,
+            [(header::RETRY_AFTER, "1")],
+            login_form("Too many sign-in attempts from this address: wait a moment."),
+        )
+            .into_response();
     }
     let hash = token_sha256(form.token.trim());
     match web.state.auth.principal_by_hash(&hash).await {
