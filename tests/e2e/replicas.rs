@@ -851,3 +851,69 @@ async fn item_15_a_compaction_of_foreign_revisions_is_no_alarm() {
     assert!(!log.contains("not dispatched"), "{log}");
     assert!(!log.contains("NOT_SERVING"), "{log}");
 }
+
+/// Hardening round 2, item 8: one record that does not decode (garbage
+/// written with etcdctl) fails the reads that touch it, named by its key,
+/// and nothing else: unrelated reads work, health stays SERVING, and once
+/// the key is gone the whole-store listing works again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn item_8_one_unreadable_key_drains_nothing() {
+    use cairn_api::session_service_client::SessionServiceClient;
+    use cairn_etcd::pb::etcdserverpb::kv_client::KvClient;
+    use cairn_etcd::pb::etcdserverpb::{DeleteRangeRequest, PutRequest};
+    if !cairn_testkit::tools::etcd() {
+        return;
+    }
+    let cluster = EtcdCluster::start(3).await;
+    let dir = tempfile::tempdir().unwrap();
+    let a = replica(&cluster, &dir, "a");
+    let mut plans = PlanServiceClient::new(a.channel().await);
+    plans.update_plan(marked("good", "fine")).await.unwrap();
+    let channel = tonic::transport::Endpoint::from_shared(cluster.endpoint(0))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut kv = KvClient::new(channel);
+    let bad = b"/cairn/s/broken".to_vec();
+    kv.put(PutRequest {
+        key: bad.clone(),
+        value: b"\x00garbage".to_vec(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let mut sessions = SessionServiceClient::new(a.channel().await);
+    let err = sessions
+        .list_sessions(pb::ListSessionsRequest::default())
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::DataLoss);
+    assert!(
+        err.message().contains("/cairn/s/broken"),
+        "{}",
+        err.message()
+    );
+    // Unrelated reads and writes go on; health never drains the replica.
+    plans
+        .get_plan(pb::GetPlanRequest {
+            session_id: "good".into(),
+        })
+        .await
+        .unwrap();
+    plans.update_plan(marked("good", "still")).await.unwrap();
+    assert_eq!(redundancy(a.channel().await).await.0, 1, "SERVING");
+    kv.delete_range(DeleteRangeRequest {
+        key: bad,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let listed = sessions
+        .list_sessions(pb::ListSessionsRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(listed.sessions.len(), 1);
+    assert_eq!(redundancy(a.channel().await).await.0, 1, "SERVING");
+}

@@ -364,7 +364,17 @@ impl Backend for Etcd {
     }
 
     fn observe(&self, e: Error) -> Error {
-        self.inner.health.observe(e)
+        match e {
+            // One bad record (written around Cairn, say with etcdctl) fails
+            // the reads that touch it, named by its key; it is no reason
+            // to drain every replica, and when the key is repaired or
+            // deleted nothing is left to recover.
+            Error::DataLoss { file, detail } if file.starts_with("etcd key ") => {
+                tracing::error!(key = %file, %detail, "a record in etcd does not decode");
+                Error::DataLoss { file, detail }
+            }
+            e => self.inner.health.observe(e),
+        }
     }
 
     fn close(&self) -> BoxFuture<'_, ()> {

@@ -90,14 +90,26 @@ fn rev(kv: &KeyValue) -> u64 {
 
 /// A record from a key's value, stamped with the key's revision.
 pub fn record<T: DeserializeOwned + Stamp>(kv: &KeyValue) -> Result<T> {
-    let mut t: T = codec::decode(&kv.value)?;
+    let mut t: T = codec::decode(&kv.value).map_err(|e| at_key(e, &kv.key))?;
     t.stamp(rev(kv));
     Ok(t)
 }
 
+/// A record that does not decode, named by its key: an operator finds and
+/// repairs (or deletes) that one key.
+fn at_key(e: Error, key: &[u8]) -> Error {
+    match e {
+        Error::DataLoss { detail, .. } => Error::DataLoss {
+            file: format!("etcd key {}", String::from_utf8_lossy(key).escape_debug()),
+            detail,
+        },
+        e => e,
+    }
+}
+
 /// A logged revision from a version of the log key, and its decoded size.
 pub fn logged(kv: &KeyValue) -> Result<(Revision, usize)> {
-    let (mut r, size) = codec::decode_revision_sized(&kv.value)?;
+    let (mut r, size) = codec::decode_revision_sized(&kv.value).map_err(|e| at_key(e, &kv.key))?;
     r.stamp(rev(kv));
     Ok((r, size))
 }
