@@ -498,14 +498,14 @@ async fn a_cascade_delete_past_etcds_transaction_limit_fails_whole_and_clear() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_reaches_etcd_over_mutual_tls_with_a_user_and_password() {
-    if !cairn_testkit::tools::etcd() {
-        return;
-    }
     use cairn_etcd::pb::etcdserverpb::auth_client::AuthClient;
     use cairn_etcd::pb::etcdserverpb::{
         AuthEnableRequest, AuthUserAddRequest, AuthUserGrantRoleRequest,
     };
     use tonic::transport::{Certificate, ClientTlsConfig, Endpoint, Identity};
+    if !cairn_testkit::tools::etcd() {
+        return;
+    }
 
     let dir = tempfile::tempdir().unwrap();
     let pki = crate::identity::pki(dir.path());

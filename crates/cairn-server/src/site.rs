@@ -328,6 +328,7 @@ mod tests {
 
     #[test]
     fn only_native_grpc_over_http2_is_not_a_browser() {
+        use http::Version;
         let req = |version, ct: &str, origin: Option<&str>| {
             let mut b = Request::builder()
                 .version(version)
@@ -337,7 +338,6 @@ mod tests {
             }
             b.body(()).unwrap()
         };
-        use http::Version;
         assert!(!from_a_browser(&req(
             Version::HTTP_2,
             "application/grpc",

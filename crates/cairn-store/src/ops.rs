@@ -211,9 +211,8 @@ pub fn create_session(
 ) -> Result<(Session, u64)> {
     session::validate(&s, limits)?;
     let parent = match &s.parent_session_id {
-        Some(id) => match ctx.view.session(id)? {
-            Some(parent) => Some(parent),
-            None => {
+        Some(id) => {
+            let Some(parent) = ctx.view.session(id)? else {
                 // A caller that could not create under this parent if it
                 // existed gets the same refusal as for a foreign one: the
                 // answer must not tell whether another tenant's session
@@ -225,8 +224,9 @@ pub fn create_session(
                 };
                 access::check_create(caller, &s.session_id, &s.agent_id, Some(&unknown))?;
                 return Err(Error::ParentNotFound(id.clone()));
-            }
-        },
+            };
+            Some(parent)
+        }
         None => None,
     };
     let mut parent_chain = Vec::new();

@@ -54,6 +54,16 @@ pub fn decide(present: bool, under_ci: bool) -> Decision {
     }
 }
 
+/// Whether the etcd tests may run: the `etcd` binary is installed.
+#[must_use]
+pub fn etcd() -> bool {
+    needs(
+        runs("etcd", &["--version"]),
+        "the etcd binary",
+        "Debian: apt-get install etcd-server",
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -69,14 +79,4 @@ mod tests {
         assert!(!runs("cairn-no-such-tool-anywhere", &[]));
         assert!(runs("true", &[]));
     }
-}
-
-/// Whether the etcd tests may run: the `etcd` binary is installed.
-#[must_use]
-pub fn etcd() -> bool {
-    needs(
-        runs("etcd", &["--version"]),
-        "the etcd binary",
-        "Debian: apt-get install etcd-server",
-    )
 }

@@ -105,7 +105,7 @@ impl Scope {
 
     /// One revision's events (all of them, in order) as this caller gets
     /// them, renumbered.
-    fn revision(&self, delivered: Vec<Delivered>) -> Vec<Item> {
+    fn revision(&self, delivered: &[Delivered]) -> Vec<Item> {
         let seen: Vec<(u64, Event)> = delivered
             .iter()
             .filter_map(|d| self.see(&d.event).map(|e| (d.revision, e)))
@@ -147,9 +147,10 @@ pub fn scoped(
                     let last = d.index + 1 >= d.count;
                     pending.push(d);
                     if last {
-                        for item in scope.revision(std::mem::take(&mut pending)) {
+                        for item in scope.revision(&pending) {
                             yield Ok(item);
                         }
+                        pending.clear();
                     }
                 }
                 other => yield other,

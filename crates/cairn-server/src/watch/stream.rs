@@ -29,7 +29,7 @@ use cairn_core::session::Session;
 use cairn_store::hub::{Next, Target};
 use cairn_store::records::{Event, EventKind};
 use cairn_store::{ReadView, Store, ops};
-use tokio_stream::Stream;
+use tokio_stream::{Stream, StreamExt};
 
 /// Revisions read from the log per catch-up step.
 const CATCH_UP_CHUNK: usize = 256;
@@ -185,6 +185,77 @@ async fn read_chunk(
     Ok(items)
 }
 
+/// `synced{at}` once the stream owes nothing through `at` any more (its
+/// next revision to deliver is past it); clears the debt.
+fn synced_due(synced: &mut Option<u64>, next: u64) -> Option<Item> {
+    let at = (*synced)?;
+    (next > at).then(|| {
+        *synced = None;
+        Item::Synced(at)
+    })
+}
+
+/// `items` (in revision order, the stream then owing `next`) with the
+/// `synced` the stream owes, if any, in its place.
+fn with_synced(items: Vec<Item>, synced: &mut Option<u64>, next: u64) -> Vec<Item> {
+    if synced.is_none() {
+        return items;
+    }
+    let mut out = Vec::with_capacity(items.len() + 1);
+    for item in items {
+        if let Item::Event(d) = &item
+            && let Some(s) = synced_due(synced, d.revision)
+        {
+            out.push(s);
+        }
+        out.push(item);
+    }
+    out.extend(synced_due(synced, next));
+    out
+}
+
+/// A piece of a snapshot as [`snapshot_items`] streams it.
+// Items dominate, as in `Item` itself.
+#[allow(clippy::large_enum_variant)]
+enum Piece {
+    Item(Item),
+    /// Everything is out: read from revision `first` to `last`.
+    Read {
+        first: u64,
+        last: u64,
+    },
+}
+
+/// The snapshot of `target`, a chunk at a time, each from its own read.
+fn snapshot_items(store: Store, target: Target) -> impl Stream<Item = Result<Piece>> {
+    async_stream::try_stream! {
+        let mut snap = Some(Snapshot::new(&target));
+        let (mut first, mut last) = (None, 0);
+        while let Some(s) = snap.take() {
+            let (rest, items, at) = snapshot_chunk(&store, s).await?;
+            first.get_or_insert(at);
+            last = at;
+            snap = rest;
+            for item in items {
+                yield Piece::Item(item);
+            }
+        }
+        yield Piece::Read { first: first.unwrap_or(0), last };
+    }
+}
+
+/// Reads the next chunk of `snap`: it back, unless done, with the items
+/// and the revision they were read at.
+async fn snapshot_chunk(
+    store: &Store,
+    mut snap: Snapshot,
+) -> Result<(Option<Snapshot>, Vec<Item>, u64)> {
+    let (snap, (items, at)) = store
+        .read(move |v| snap.chunk(v).map(|out| (snap, out)))
+        .await?;
+    Ok(((!snap.done()).then_some(snap), items, at))
+}
+
 /// The watch stream. It ends with an error item on compaction, storage
 /// failure or shutdown; dropping it (client gone) unregisters it.
 pub fn watch(
@@ -205,20 +276,13 @@ pub fn watch(
             Start::Now => registered + 1,
             Start::From(r) => r.max(1),
             Start::Snapshot => {
-                let mut snap = Some(Snapshot::new(&target));
-                let mut first = None;
-                while let Some(mut s) = snap.take() {
-                    match store.read(move |v| s.chunk(v).map(|out| (s, out))).await {
-                        Ok((s, (items, at))) => {
-                            first.get_or_insert(at);
-                            synced = Some(at);
-                            for item in items {
-                                yield Ok(item);
-                            }
-                            if !s.done() {
-                                snap = Some(s);
-                            }
-                        }
+                let snap = snapshot_items(store.clone(), target.clone());
+                tokio::pin!(snap);
+                let mut first = 0;
+                while let Some(piece) = snap.next().await {
+                    match piece {
+                        Ok(Piece::Item(item)) => yield Ok(item),
+                        Ok(Piece::Read { first: f, last }) => (first, synced) = (f, Some(last)),
                         Err(e) => {
                             yield Err(e);
                             return;
@@ -227,13 +291,12 @@ pub fn watch(
                 }
                 // From the first chunk's revision on, the log brings every
                 // change the later chunks may not show.
-                first.unwrap_or(0) + 1
+                first + 1
             }
         };
         // `synced{at}` goes out once everything through `at` has.
-        if let Some(at) = synced && next > at {
-            yield Ok(Item::Synced(at));
-            synced = None;
+        if let Some(item) = synced_due(&mut synced, next) {
+            yield Ok(item);
         }
         let period = progress_interval.max(Duration::from_millis(10));
         let mut heartbeat = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
@@ -245,18 +308,8 @@ pub fn watch(
                         if !items.is_empty() {
                             heartbeat.reset();
                         }
-                        for item in items {
-                            if let (Some(at), Item::Event(d)) = (synced, &item)
-                                && d.revision > at
-                            {
-                                yield Ok(Item::Synced(at));
-                                synced = None;
-                            }
+                        for item in with_synced(items, &mut synced, next) {
                             yield Ok(item);
-                        }
-                        if let Some(at) = synced && next > at {
-                            yield Ok(Item::Synced(at));
-                            synced = None;
                         }
                     }
                     Err(e) => {
@@ -299,9 +352,8 @@ pub fn watch(
                                 && next <= dispatched + 1
                             {
                                 next = dispatched + 1;
-                                if let Some(at) = synced && next > at {
-                                    yield Ok(Item::Synced(at));
-                                    synced = None;
+                                if let Some(item) = synced_due(&mut synced, next) {
+                                    yield Ok(item);
                                 }
                                 yield Ok(Item::Progress(dispatched));
                             }
@@ -313,11 +365,7 @@ pub fn watch(
             if rev.revision < next {
                 continue; // delivered from the log already
             }
-            if let Some(at) = synced && rev.revision > at {
-                yield Ok(Item::Synced(at));
-                synced = None;
-            }
-            let items = select(&target, rev.revision, &rev.events);
+            let items = with_synced(select(&target, rev.revision, &rev.events), &mut synced, rev.revision + 1);
             if !items.is_empty() {
                 heartbeat.reset();
             }
@@ -325,10 +373,6 @@ pub fn watch(
                 yield Ok(item);
             }
             next = rev.revision + 1;
-            if let Some(at) = synced && next > at {
-                yield Ok(Item::Synced(at));
-                synced = None;
-            }
         }
     }
 }
@@ -413,18 +457,17 @@ impl Snapshot {
                 }
                 Work::Tree { id, chain, roots } => {
                     let Some(s) = v.session(&id)? else { continue };
-                    let chain = match chain {
-                        Some(c) => c,
-                        None => {
-                            let c = ops::ancestors(v, s.parent_session_id.as_deref())?;
-                            if roots
-                                .as_ref()
-                                .is_some_and(|r| c.iter().any(|a| r.contains(a)))
-                            {
-                                continue;
-                            }
-                            std::sync::Arc::new(c)
+                    let chain = if let Some(c) = chain {
+                        c
+                    } else {
+                        let c = ops::ancestors(v, s.parent_session_id.as_deref())?;
+                        if roots
+                            .as_ref()
+                            .is_some_and(|r| c.iter().any(|a| r.contains(a)))
+                        {
+                            continue;
                         }
+                        std::sync::Arc::new(c)
                     };
                     let mut below = (*chain).clone();
                     below.push(s.session_id.clone());
