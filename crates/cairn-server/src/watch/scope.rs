@@ -14,7 +14,7 @@ use cairn_core::error::Result;
 use cairn_store::records::{Event, EventKind, EventObject};
 use tokio_stream::{Stream, StreamExt};
 
-use super::{Delivered, Item};
+use super::stream::{Delivered, Item};
 
 /// A caller whose rights may hide events; `None` from [`Scope::of`] when
 /// nothing can be hidden (authentication off, an admin).
