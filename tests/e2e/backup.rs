@@ -139,7 +139,7 @@ fn mode(path: &std::path::Path) -> u32 {
 async fn item_12_data_and_backups_are_the_owners_only() {
     let dir = tempfile::tempdir().unwrap();
     let token = dir.path().join("admin.token");
-    std::fs::write(&token, "a-bootstrap-admin-token-0123456789").unwrap();
+    std::fs::write(&token, crate::ADMIN_TOKEN).unwrap();
     {
         use std::os::unix::fs::PermissionsExt as _;
         std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o644)).unwrap();
@@ -168,13 +168,7 @@ async fn item_12_data_and_backups_are_the_owners_only() {
     );
     let file = dir.path().join("backup.redb");
     let out = tokio::process::Command::new(bin())
-        .args([
-            "admin",
-            "backup",
-            "--token",
-            "a-bootstrap-admin-token-0123456789",
-            "--server",
-        ])
+        .args(["admin", "backup", "--token", crate::ADMIN_TOKEN, "--server"])
         .arg(format!("http://{}", p.addr))
         .arg("--out")
         .arg(&file)

@@ -45,18 +45,7 @@ async fn client_text_cannot_forge_or_flood_the_log() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn item_15_client_errors_cannot_flood_the_log() {
     let dir = tempfile::tempdir().unwrap();
-    let token = dir.path().join("admin.token");
-    std::fs::write(&token, "a-bootstrap-admin-token-0123456789").unwrap();
-    let p = Proc::start(
-        &bin(),
-        &dir.path().join("data"),
-        &[
-            "--auth",
-            "token",
-            "--admin-token-file",
-            token.to_str().unwrap(),
-        ],
-    );
+    let p = crate::with_admin(dir.path(), &[]);
     let channel = p.channel().await;
     let before = p.log().lines().count();
     for i in 0..300 {
@@ -66,7 +55,7 @@ async fn item_15_client_errors_cannot_flood_the_log() {
         let bearer = if i % 2 == 0 {
             "Bearer not-a-token".to_owned()
         } else {
-            "Bearer a-bootstrap-admin-token-0123456789".to_owned()
+            format!("Bearer {}", crate::ADMIN_TOKEN)
         };
         req.metadata_mut()
             .insert("authorization", bearer.parse().unwrap());

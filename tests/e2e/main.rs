@@ -19,6 +19,24 @@ mod metrics;
 mod replicas;
 mod web;
 
+/// The bootstrap admin's token of [`with_admin`] servers.
+pub const ADMIN_TOKEN: &str = "a-bootstrap-admin-token-0123456789";
+
+/// A server with `--auth token` and [`ADMIN_TOKEN`] as its admin, data in
+/// `dir`, with `extra` flags.
+pub fn with_admin(dir: &std::path::Path, extra: &[&str]) -> cairn_testkit::Proc {
+    let token = dir.join("admin.token");
+    std::fs::write(&token, ADMIN_TOKEN).unwrap();
+    let mut args = vec![
+        "--auth",
+        "token",
+        "--admin-token-file",
+        token.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    cairn_testkit::Proc::start(&bin(), &dir.join("data"), &args)
+}
+
 /// The binary under test: this build's, or `CAIRN_BIN` (to measure another
 /// build, e.g. a release one, with the same tests).
 pub fn bin() -> String {

@@ -668,6 +668,18 @@ async fn a_replica_reaches_etcd_over_mutual_tls_with_a_user_and_password() {
     let _ = etcd.wait();
 }
 
+/// A raw etcd client on the cluster's first member: writes around Cairn.
+async fn etcd_kv(
+    cluster: &EtcdCluster,
+) -> cairn_etcd::pb::etcdserverpb::kv_client::KvClient<Channel> {
+    let channel = tonic::transport::Endpoint::from_shared(cluster.endpoint(0))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    cairn_etcd::pb::etcdserverpb::kv_client::KvClient::new(channel)
+}
+
 /// How a member is taken away in [`one_member_gone_writes_go_on`].
 #[derive(Debug, Clone, Copy)]
 enum Fault {
@@ -795,7 +807,6 @@ async fn item_9_one_member_killed_writes_go_on() {
 /// replica starting after it neither cries data loss nor stops serving.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn item_15_a_compaction_of_foreign_revisions_is_no_alarm() {
-    use cairn_etcd::pb::etcdserverpb::kv_client::KvClient;
     use cairn_etcd::pb::etcdserverpb::{CompactionRequest, PutRequest};
     if !cairn_testkit::tools::etcd() {
         return;
@@ -806,12 +817,7 @@ async fn item_15_a_compaction_of_foreign_revisions_is_no_alarm() {
     let mut plans = PlanServiceClient::new(a.channel().await);
     plans.update_plan(marked("s", "cairn's")).await.unwrap();
     a.stop().await;
-    let channel = tonic::transport::Endpoint::from_shared(cluster.endpoint(0))
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
-    let mut kv = KvClient::new(channel);
+    let mut kv = etcd_kv(&cluster).await;
     let mut last = 0;
     for i in 0..20 {
         last = kv
@@ -859,7 +865,6 @@ async fn item_15_a_compaction_of_foreign_revisions_is_no_alarm() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn item_8_one_unreadable_key_drains_nothing() {
     use cairn_api::session_service_client::SessionServiceClient;
-    use cairn_etcd::pb::etcdserverpb::kv_client::KvClient;
     use cairn_etcd::pb::etcdserverpb::{DeleteRangeRequest, PutRequest};
     if !cairn_testkit::tools::etcd() {
         return;
@@ -869,12 +874,7 @@ async fn item_8_one_unreadable_key_drains_nothing() {
     let a = replica(&cluster, &dir, "a");
     let mut plans = PlanServiceClient::new(a.channel().await);
     plans.update_plan(marked("good", "fine")).await.unwrap();
-    let channel = tonic::transport::Endpoint::from_shared(cluster.endpoint(0))
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
-    let mut kv = KvClient::new(channel);
+    let mut kv = etcd_kv(&cluster).await;
     let bad = b"/cairn/s/broken".to_vec();
     kv.put(PutRequest {
         key: bad.clone(),

@@ -238,20 +238,7 @@ async fn signed_in(web: &str, cookie: &str) -> bool {
 async fn item_11_nobody_signs_an_approver_out() {
     use cairn_api::auth_service_client::AuthServiceClient;
     let dir = tempfile::tempdir().unwrap();
-    let admin_file = dir.path().join("admin.token");
-    std::fs::write(&admin_file, "a-bootstrap-admin-token-0123456789").unwrap();
-    let p = Proc::start(
-        &bin(),
-        &dir.path().join("data"),
-        &[
-            "--auth",
-            "token",
-            "--admin-token-file",
-            admin_file.to_str().unwrap(),
-            "--web-listen",
-            "127.0.0.1:0",
-        ],
-    );
+    let p = crate::with_admin(dir.path(), &["--web-listen", "127.0.0.1:0"]);
     let web = p.web.clone().unwrap();
     let mut tokens = Vec::new();
     for (id, role) in [("lead", pb::Role::Approver), ("noisy", pb::Role::Viewer)] {
@@ -264,7 +251,7 @@ async fn item_11_nobody_signs_an_approver_out() {
         });
         req.metadata_mut().insert(
             "authorization",
-            "Bearer a-bootstrap-admin-token-0123456789".parse().unwrap(),
+            format!("Bearer {}", crate::ADMIN_TOKEN).parse().unwrap(),
         );
         let r = AuthServiceClient::new(p.channel().await)
             .create_principal(req)
