@@ -34,8 +34,22 @@ fn free_port() -> u16 {
 
 impl EtcdCluster {
     /// Starts `n` members and waits until the cluster answers a
-    /// linearizable read.
+    /// linearizable read. Ports are picked free and then released, so
+    /// another process (a parallel test's server) may take one first: a
+    /// cluster that does not form is started again on new ports.
     pub async fn start(n: usize) -> EtcdCluster {
+        let mut last = String::new();
+        for _ in 0..3 {
+            let cluster = Self::spawn_all(n);
+            if cluster.ready(Duration::from_secs(20)).await {
+                return cluster;
+            }
+            last = cluster.logs();
+        }
+        panic!("etcd did not become ready in three tries:\n{last}");
+    }
+
+    fn spawn_all(n: usize) -> EtcdCluster {
         let dir = tempfile::tempdir().expect("temp dir");
         let members: Vec<Member> = (0..n)
             .map(|i| Member {
@@ -58,7 +72,6 @@ impl EtcdCluster {
         for i in 0..n {
             cluster.spawn(i);
         }
-        cluster.wait_ready(Duration::from_secs(60)).await;
         cluster
     }
 
@@ -136,23 +149,29 @@ impl EtcdCluster {
 
     /// Waits until every running member answers a linearizable read.
     pub async fn wait_ready(&self, within: Duration) {
+        assert!(
+            self.ready(within).await,
+            "etcd did not become ready:\n{}",
+            self.logs()
+        );
+    }
+
+    /// Whether every running member answers a linearizable read within
+    /// `within`.
+    async fn ready(&self, within: Duration) -> bool {
         let deadline = Instant::now() + within;
         for m in &self.members {
             if m.child.is_none() {
                 continue;
             }
-            loop {
-                if Self::answers(&m.client_url).await {
-                    break;
+            while !Self::answers(&m.client_url).await {
+                if Instant::now() >= deadline {
+                    return false;
                 }
-                assert!(
-                    Instant::now() < deadline,
-                    "etcd did not become ready:\n{}",
-                    self.logs()
-                );
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
         }
+        true
     }
 
     /// The index of the current leader, asked of any running member.
