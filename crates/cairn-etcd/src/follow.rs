@@ -18,10 +18,10 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
 use crate::client::Client;
-use crate::engine::Inner;
+use crate::decode::logged;
 use crate::pb::etcdserverpb::{WatchCreateRequest, WatchRequest, WatchResponse, watch_request};
 use crate::pb::mvccpb::event::EventType;
-use crate::view::logged;
+use crate::shared::Inner;
 
 /// Opens a watch on `key` from `start`; the returned sender keeps the
 /// request side open (etcd ends a watch whose client closes it).

@@ -24,9 +24,11 @@
 //! nothing else writes to that etcd (other prefixes, compaction records).
 
 pub mod client;
+pub mod decode;
 pub mod engine;
 pub mod follow;
 pub mod keys;
+pub mod shared;
 pub mod view;
 
 /// The etcd v3 API, generated from `proto/vendor/etcd` (client only).
@@ -50,4 +52,5 @@ pub mod pb {
 }
 
 pub use client::Connection;
-pub use engine::{EtcdOptions, open};
+pub use engine::open;
+pub use shared::EtcdOptions;

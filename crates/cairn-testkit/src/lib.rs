@@ -10,6 +10,7 @@
 pub mod build;
 pub mod check;
 pub mod etcd;
+pub mod modules;
 pub mod process;
 pub mod server;
 pub mod stream;
