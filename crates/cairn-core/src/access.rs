@@ -305,8 +305,17 @@ pub fn check_move(
     }
 }
 
-/// Whether `caller` may read (or, with `write`, replace) `agent_id`'s todos.
-pub fn check_todos(caller: &Caller, agent_id: &str, write: bool) -> Result<()> {
+/// What a caller wants to do to an agent's todo list.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TodoAction {
+    /// Read or watch it.
+    Read,
+    /// Replace it.
+    Write,
+}
+
+/// Whether `caller` may do `action` to `agent_id`'s todos.
+pub fn check_todos(caller: &Caller, agent_id: &str, action: TodoAction) -> Result<()> {
     let Caller::Principal(p) = caller else {
         return Ok(());
     };
@@ -314,10 +323,9 @@ pub fn check_todos(caller: &Caller, agent_id: &str, write: bool) -> Result<()> {
         return Ok(());
     }
     let acts_as = p.agent_ids.contains(agent_id);
-    let allowed = if write {
-        acts_as && (p.has(Role::Agent) || p.has(Role::Orchestrator))
-    } else {
-        acts_as || p.reads_everything()
+    let allowed = match action {
+        TodoAction::Write => acts_as && (p.has(Role::Agent) || p.has(Role::Orchestrator)),
+        TodoAction::Read => acts_as || p.reads_everything(),
     };
     if allowed {
         Ok(())
@@ -534,15 +542,21 @@ mod tests {
     #[test]
     fn todos_and_everything() {
         let agent = principal(&[Role::Agent], &["coder"], &[]);
-        assert_eq!(reason(check_todos(&agent, "coder", true)), None);
         assert_eq!(
-            reason(check_todos(&agent, "tester", false)),
+            reason(check_todos(&agent, "coder", TodoAction::Write)),
+            None
+        );
+        assert_eq!(
+            reason(check_todos(&agent, "tester", TodoAction::Read)),
             Some(Denial::NotInScope)
         );
         let viewer = principal(&[Role::Viewer], &[], &[]);
-        assert_eq!(reason(check_todos(&viewer, "coder", false)), None);
         assert_eq!(
-            reason(check_todos(&viewer, "coder", true)),
+            reason(check_todos(&viewer, "coder", TodoAction::Read)),
+            None
+        );
+        assert_eq!(
+            reason(check_todos(&viewer, "coder", TodoAction::Write)),
             Some(Denial::NotInScope)
         );
         assert_eq!(reason(check_everything(&viewer)), None);

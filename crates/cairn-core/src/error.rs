@@ -207,6 +207,49 @@ impl Denial {
 }
 
 impl Error {
+    /// Whether the failure is the store's (storage, the engine, a bug), not
+    /// the request's: a write batch it happens in is in an unknown state and
+    /// fails whole. Exhaustive on purpose: a new error decides.
+    pub fn is_infrastructure(&self) -> bool {
+        match self {
+            Error::Storage(_)
+            | Error::DataLoss { .. }
+            | Error::DiskFull { .. }
+            | Error::Unavailable(_)
+            | Error::Internal(_) => true,
+            Error::InvalidField { .. }
+            | Error::MultipleStepsInProgress
+            | Error::MultipleTodosInProgress
+            | Error::LimitExceeded { .. }
+            | Error::AlreadyInPlanMode
+            | Error::PlanAwaitingApproval
+            | Error::NotInPlanMode
+            | Error::NoPendingPlan
+            | Error::NoActivePlan
+            | Error::StepNotFound(_)
+            | Error::StepAlreadyCompleted(_)
+            | Error::DependenciesIncomplete { .. }
+            | Error::IncompleteStepsNeedDeviations { .. }
+            | Error::ModificationNotFound(_)
+            | Error::SessionNotFound(_)
+            | Error::PrincipalExists(_)
+            | Error::AgentIdTaken { .. }
+            | Error::PrincipalNotFound(_)
+            | Error::ParentNotFound(_)
+            | Error::SessionExists(_)
+            | Error::ParentCycle { .. }
+            | Error::SessionHasChildren { .. }
+            | Error::RevisionMismatch { .. }
+            | Error::RevisionCompacted { .. }
+            | Error::Conflicting(_)
+            | Error::RevisionNotYet { .. }
+            | Error::Unauthenticated(_)
+            | Error::PermissionDenied { .. }
+            | Error::ShuttingDown
+            | Error::BackupFailed { .. } => false,
+        }
+    }
+
     /// Shorthand for [`Error::InvalidField`].
     pub fn invalid(field: impl Into<String>, description: impl Into<String>) -> Self {
         Error::InvalidField {

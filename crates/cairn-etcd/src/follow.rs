@@ -23,13 +23,29 @@ use crate::pb::etcdserverpb::{WatchCreateRequest, WatchRequest, WatchResponse, w
 use crate::pb::mvccpb::event::EventType;
 use crate::shared::Inner;
 
+/// Why a watch did not open.
+enum NotOpened {
+    /// No answer within the deadline: trying again would only wait again.
+    Silent(Error),
+    /// Refused or broken on the way: another member may answer.
+    Failed(Error),
+}
+
+impl From<NotOpened> for Error {
+    fn from(n: NotOpened) -> Error {
+        match n {
+            NotOpened::Silent(e) | NotOpened::Failed(e) => e,
+        }
+    }
+}
+
 /// Opens a watch on `key` from `start`; the returned sender keeps the
 /// request side open (etcd ends a watch whose client closes it).
 async fn open_watch(
     client: &Client,
     key: Vec<u8>,
     start: i64,
-) -> Result<(mpsc::Sender<WatchRequest>, tonic::Streaming<WatchResponse>)> {
+) -> std::result::Result<(mpsc::Sender<WatchRequest>, tonic::Streaming<WatchResponse>), NotOpened> {
     let (tx, rx) = mpsc::channel(1);
     let create = WatchRequest {
         request_union: Some(watch_request::RequestUnion::CreateRequest(
@@ -40,9 +56,11 @@ async fn open_watch(
             },
         )),
     };
-    tx.send(create)
-        .await
-        .map_err(|_| Error::Unavailable("etcd watch: request stream closed".into()))?;
+    tx.send(create).await.map_err(|_| {
+        NotOpened::Failed(Error::Unavailable(
+            "etcd watch: request stream closed".into(),
+        ))
+    })?;
     let mut req = tonic::Request::new(ReceiverStream::new(rx));
     req.metadata_mut().insert(
         "hasleader",
@@ -52,13 +70,13 @@ async fn open_watch(
     let stream = tokio::time::timeout(client.timeout(), watch.watch(req))
         .await
         .map_err(|_| {
-            Error::Unavailable(format!(
+            NotOpened::Silent(Error::Unavailable(format!(
                 "{} did not open a watch within {:?}",
                 client.describe(),
                 client.timeout()
-            ))
+            )))
         })?
-        .map_err(|s| client.failed("watch", &s))?
+        .map_err(|s| NotOpened::Failed(client.failed("watch", &s)))?
         .into_inner();
     Ok((tx, stream))
 }
@@ -72,12 +90,12 @@ async fn open_watch_retrying(
     let deadline = tokio::time::Instant::now() + client.timeout();
     loop {
         match open_watch(client, key.to_vec(), start).await {
-            Err(Error::Unavailable(m))
-                if tokio::time::Instant::now() < deadline && !m.contains("did not open") =>
+            Err(NotOpened::Failed(Error::Unavailable(_)))
+                if tokio::time::Instant::now() < deadline =>
             {
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
-            other => return other,
+            other => return other.map_err(Error::from),
         }
     }
 }

@@ -51,21 +51,6 @@ pub fn authorize(
     Ok(s)
 }
 
-/// A session's plan; an empty one if it never had one. NOT_FOUND for an
-/// unknown session.
-pub fn get_plan(view: &dyn ReadView, session_id: &str) -> Result<PlanRecord> {
-    // A stored plan implies its session exists (they are deleted together),
-    // so only a missing plan needs the session looked up.
-    if let Some(plan) = view.plan(session_id)? {
-        return Ok(plan);
-    }
-    require_session(view, session_id)?;
-    Ok(PlanRecord {
-        session_id: session_id.to_owned(),
-        ..PlanRecord::default()
-    })
-}
-
 /// A plan without requiring the session (an unknown one reads as empty).
 pub fn plan_or_default(view: &dyn ReadView, session_id: &str) -> Result<PlanRecord> {
     Ok(view.plan(session_id)?.unwrap_or_else(|| PlanRecord {

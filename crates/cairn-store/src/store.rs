@@ -116,13 +116,7 @@ impl Store {
                 None => Err(Error::Storage("the batch failed before this op ran".into())),
             };
             let poisons_batch = match &out {
-                Err(
-                    e @ (Error::Storage(_)
-                    | Error::DataLoss { .. }
-                    | Error::DiskFull { .. }
-                    | Error::Unavailable(_)
-                    | Error::Internal(_)),
-                ) => Some(e.clone()),
+                Err(e) if e.is_infrastructure() => Some(e.clone()),
                 _ => None,
             };
             let tx = Arc::clone(&tx);

@@ -120,7 +120,7 @@ impl SessionApi {
         // acts as.
         match (&parent, &agent) {
             (None, None) => access::check_everything(caller)?,
-            (None, Some(a)) => access::check_todos(caller, a, false)?,
+            (None, Some(a)) => access::check_todos(caller, a, access::TodoAction::Read)?,
             (Some(_), _) => {}
         }
         let caller = caller.clone();

@@ -35,7 +35,7 @@ impl TodoApi {
             .policy
             .limits
             .check_resource_id("agent_id", &agent_id)?;
-        access::check_todos(caller, &agent_id, false)?;
+        access::check_todos(caller, &agent_id, access::TodoAction::Read)?;
         let (list, revision) = self
             .state
             .store
@@ -62,7 +62,7 @@ impl TodoApi {
             .policy
             .limits
             .check_resource_id("agent_id", &agent_id)?;
-        access::check_todos(caller, &agent_id, true)?;
+        access::check_todos(caller, &agent_id, access::TodoAction::Write)?;
         let items = convert::todo_inputs(todos)?;
         let policy = self.state.policy.clone();
         let (list, revision) = self

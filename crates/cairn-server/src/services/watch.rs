@@ -47,7 +47,9 @@ impl WatchApi {
         }
         match target {
             Target::All | Target::Principals => return access::check_everything(caller),
-            Target::Agent(agent) => return access::check_todos(caller, agent, false),
+            Target::Agent(agent) => {
+                return access::check_todos(caller, agent, access::TodoAction::Read);
+            }
             Target::Session(_) | Target::Tree(_) | Target::Trees(_) | Target::Sessions(_) => {}
         }
         let caller = caller.clone();

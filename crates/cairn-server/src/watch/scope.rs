@@ -50,7 +50,7 @@ impl Scope {
         match e.kind {
             EventKind::PrincipalChanged => return None,
             EventKind::TodosUpdated | EventKind::TodosCleared => {
-                return access::check_todos(&self.caller, &e.agent_id, false)
+                return access::check_todos(&self.caller, &e.agent_id, access::TodoAction::Read)
                     .is_ok()
                     .then(|| e.clone());
             }
