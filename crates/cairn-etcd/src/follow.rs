@@ -100,14 +100,24 @@ async fn open_watch_retrying(
     }
 }
 
-/// The next message of a watch, within the client's deadline when `bounded`.
+/// How long a watch may be silent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Patience {
+    /// A catch-up read: history that exists comes at once, or the member
+    /// is not answering (the client's deadline).
+    Deadline,
+    /// The live log: silence is only an idle store.
+    Forever,
+}
+
+/// The next message of a watch, as patient as `patience`.
 async fn next_message(
     client: &Client,
     stream: &mut tonic::Streaming<WatchResponse>,
-    bounded: bool,
+    patience: Patience,
 ) -> Result<WatchResponse> {
     let next = stream.message();
-    let msg = if bounded {
+    let msg = if patience == Patience::Deadline {
         tokio::time::timeout(client.timeout(), next)
             .await
             .map_err(|_| {
@@ -163,7 +173,7 @@ async fn history_unbounded(
     let mut out = Vec::new();
     let mut bytes = 0;
     loop {
-        let msg = next_message(client, &mut stream, true).await?;
+        let msg = next_message(client, &mut stream, Patience::Deadline).await?;
         if msg.compact_revision > 0 {
             return Err(Error::RevisionCompacted {
                 requested: u64::try_from(from).unwrap_or(0),
@@ -251,7 +261,7 @@ async fn follow_once(inner: &Inner, next: &mut i64) -> Result<Flow> {
     let (_keep, mut stream) = open_watch(&inner.client, inner.keys.log(), *next).await?;
     loop {
         let msg = tokio::select! {
-            m = next_message(&inner.client, &mut stream, false) => m?,
+            m = next_message(&inner.client, &mut stream, Patience::Forever) => m?,
             () = inner.closed() => return Ok(Flow::Closed),
         };
         if msg.compact_revision > 0 {

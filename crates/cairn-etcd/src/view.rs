@@ -29,6 +29,14 @@ use crate::pb::etcdserverpb::{
 };
 use crate::pb::mvccpb::KeyValue;
 
+/// Whether a write's commit compares a key it read: what a mutation's
+/// outcome depends on is, bookkeeping (the log, the compact mark) is not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Compared {
+    AtCommit,
+    Not,
+}
+
 /// A range read: start, end, limit.
 type RangeKey = (Vec<u8>, Vec<u8>, i64);
 
@@ -141,7 +149,7 @@ impl View {
     }
 
     /// One key at the snapshot, without the write's own changes.
-    fn fetch(&self, key: &[u8], record: bool) -> Result<Option<KeyValue>> {
+    fn fetch(&self, key: &[u8], compared: Compared) -> Result<Option<KeyValue>> {
         let cached = self.cache.borrow().get(key).cloned();
         let kv = if let Some(kv) = cached {
             kv
@@ -160,7 +168,9 @@ impl View {
             self.cache.borrow_mut().insert(key.to_vec(), kv.clone());
             kv
         };
-        if record && let Some(reads) = self.reads.borrow_mut().as_mut() {
+        if compared == Compared::AtCommit
+            && let Some(reads) = self.reads.borrow_mut().as_mut()
+        {
             reads
                 .keys
                 .insert(key.to_vec(), kv.as_ref().map_or(0, |kv| kv.mod_revision));
@@ -172,7 +182,7 @@ impl View {
     fn get(&self, key: &[u8]) -> Result<Option<KeyValue>> {
         if let Some(change) = self.changes.get(key) {
             // Still compared: what the write replaces must be what it read.
-            self.fetch(key, true)?;
+            self.fetch(key, Compared::AtCommit)?;
             return Ok(change.as_ref().map(|value| KeyValue {
                 key: key.to_vec(),
                 value: value.clone(),
@@ -180,7 +190,7 @@ impl View {
                 ..KeyValue::default()
             }));
         }
-        self.fetch(key, true)
+        self.fetch(key, Compared::AtCommit)
     }
 
     /// Keys in `[start, end)` from `after` (exclusive), at most `limit` (0:
@@ -268,7 +278,7 @@ impl View {
     fn delete(&mut self, key: Vec<u8>) -> Result<()> {
         // Compared like a read: a delete of something another replica
         // just changed must not win blindly.
-        self.fetch(&key, true)?;
+        self.fetch(&key, Compared::AtCommit)?;
         self.changes.insert(key, None);
         Ok(())
     }
@@ -334,7 +344,7 @@ impl View {
     /// Logged revisions from `from`, read from etcd's history of the log
     /// key, through the last one at this view's snapshot.
     fn log_from(&self, from: u64, limit: usize, max_bytes: usize) -> Result<Vec<Revision>> {
-        let Some(last) = self.fetch(&self.keys.log(), false)? else {
+        let Some(last) = self.fetch(&self.keys.log(), Compared::Not)? else {
             return Ok(Vec::new());
         };
         let upto = last.mod_revision;
@@ -363,12 +373,12 @@ impl ReadView for View {
     fn revision(&self) -> Result<u64> {
         self.snapshot()?;
         Ok(self
-            .fetch(&self.keys.log(), false)?
+            .fetch(&self.keys.log(), Compared::Not)?
             .map_or(0, |kv| u64::try_from(kv.mod_revision).unwrap_or(0)))
     }
 
     fn compact_revision(&self) -> Result<u64> {
-        let Some(kv) = self.fetch(&self.keys.compact(), false)? else {
+        let Some(kv) = self.fetch(&self.keys.compact(), Compared::Not)? else {
             return Ok(0);
         };
         std::str::from_utf8(&kv.value)
