@@ -97,6 +97,17 @@ pub struct StepCompletion {
     pub complete_time: Micros,
 }
 
+/// A change to a step of the active plan, as an agent asks for it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ModificationRequest {
+    pub step_id: u32,
+    pub reason: String,
+    pub new_description: String,
+    /// Empty keeps the step's files.
+    pub new_files: Vec<String>,
+    pub new_verification: Option<String>,
+}
+
 /// A proposed (or, in history, applied) change to an active plan's step.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
@@ -577,20 +588,22 @@ impl SessionPlan {
         })
     }
 
-    /// `plan_modify`: records a change to an incomplete step; nothing changes
-    /// until it is approved.
-    #[allow(clippy::too_many_arguments)]
+    /// `plan_modify`: records a change to an incomplete step, requested by
+    /// `submitted_by`; nothing changes until it is approved.
     pub fn modify(
         &mut self,
-        step_id: u32,
-        reason: String,
-        new_description: String,
-        new_files: Vec<String>,
-        new_verification: Option<String>,
+        request: ModificationRequest,
         submitted_by: String,
         now: Micros,
         limits: &Limits,
     ) -> Result<&Modification> {
+        let ModificationRequest {
+            step_id,
+            reason,
+            new_description,
+            new_files,
+            new_verification,
+        } = request;
         let active = self.mode.active.as_ref().ok_or(Error::NoActivePlan)?;
         if active.plan.step(step_id).is_none() {
             return Err(Error::StepNotFound(step_id));
@@ -1012,11 +1025,13 @@ mod tests {
         let mut s = approved(vec![step(1, &[]), step(2, &[1])]);
         let id = s
             .modify(
-                2,
-                "API changed".into(),
-                "use v2 API".into(),
-                vec!["b.rs".into()],
-                None,
+                ModificationRequest {
+                    step_id: 2,
+                    reason: "API changed".into(),
+                    new_description: "use v2 API".into(),
+                    new_files: vec!["b.rs".into()],
+                    new_verification: None,
+                },
                 String::new(),
                 3,
                 &l,
@@ -1041,11 +1056,13 @@ mod tests {
 
         let id2 = s
             .modify(
-                1,
-                "r".into(),
-                "d".into(),
-                vec![],
-                Some("v".into()),
+                ModificationRequest {
+                    step_id: 1,
+                    reason: "r".into(),
+                    new_description: "d".into(),
+                    new_files: vec![],
+                    new_verification: Some("v".into()),
+                },
                 String::new(),
                 4,
                 &l,
@@ -1061,28 +1078,32 @@ mod tests {
         s.complete_step(1, "ok".into(), 5, &l).unwrap();
         assert_eq!(
             s.modify(
-                1,
-                "r".into(),
-                "d".into(),
-                vec![],
-                None,
+                ModificationRequest {
+                    step_id: 1,
+                    reason: "r".into(),
+                    new_description: "d".into(),
+                    new_files: vec![],
+                    new_verification: None,
+                },
                 String::new(),
                 6,
-                &l
+                &l,
             )
             .unwrap_err(),
             Error::StepAlreadyCompleted(1)
         );
         assert_eq!(
             s.modify(
-                5,
-                "r".into(),
-                "d".into(),
-                vec![],
-                None,
+                ModificationRequest {
+                    step_id: 5,
+                    reason: "r".into(),
+                    new_description: "d".into(),
+                    new_files: vec![],
+                    new_verification: None,
+                },
                 String::new(),
                 6,
-                &l
+                &l,
             )
             .unwrap_err(),
             Error::StepNotFound(5)
@@ -1109,11 +1130,13 @@ mod tests {
         s.approve("lead".into(), 3, &l).unwrap();
         let id = s
             .modify(
-                1,
-                "r".into(),
-                "d".into(),
-                vec![],
-                None,
+                ModificationRequest {
+                    step_id: 1,
+                    reason: "r".into(),
+                    new_description: "d".into(),
+                    new_files: vec![],
+                    new_verification: None,
+                },
                 "coder".into(),
                 4,
                 &l,

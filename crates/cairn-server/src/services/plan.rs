@@ -14,7 +14,9 @@ use std::sync::Arc;
 use cairn_core::access::{self, Action, Caller, SessionFacts};
 use cairn_core::error::{Error, Excerpt, Result};
 use cairn_core::plan::{apply_update, simple_task_hint, validate_update};
-use cairn_core::plan_mode::{self, HistoryEntry, ImplementationPlan, Modification, plan_id};
+use cairn_core::plan_mode::{
+    self, HistoryEntry, ImplementationPlan, Modification, ModificationRequest, plan_id,
+};
 use cairn_core::{Limits, Micros, SessionPlan};
 use cairn_store::cache::HotPlan;
 use cairn_store::ops::{self, IfMissing};
@@ -462,20 +464,18 @@ impl PlanApi {
             caller: caller.clone(),
             bytes,
         };
+        let request = ModificationRequest {
+            step_id,
+            reason,
+            new_description,
+            new_files,
+            new_verification,
+        };
         let by = access::submitter_id(caller);
         let (modification, record, revision) = self
             .mutate(target, move |plan, now, limits| {
                 let m: Modification = plan
-                    .modify(
-                        step_id,
-                        reason.clone(),
-                        new_description.clone(),
-                        new_files.clone(),
-                        new_verification.clone(),
-                        by.clone(),
-                        now,
-                        limits,
-                    )?
+                    .modify(request.clone(), by.clone(), now, limits)?
                     .clone();
                 Ok((m, Vec::new()))
             })
