@@ -3,6 +3,7 @@ client over stdio, against the real server."""
 
 import asyncio
 import json
+import subprocess
 
 import pytest
 from mcp import ClientSession, StdioServerParameters, stdio_client
@@ -181,6 +182,12 @@ def test_plan_mode_workflow_and_blocked_writes(server_addr):
         err, text = await call(mcp, "plan_step_complete", step_id=2, verification_result="3 passed")
         err, text = await call(mcp, "plan_status")
         assert json.loads(text)["active_plan"]["progress"] == {"completed": 2, "total": 2}
+        # The CLI presents plan mode in the same shape, from the same code.
+        cli = subprocess.run(
+            [BINARY, "plan", "status", "planner", "--server", server_addr, "--output", "json"],
+            capture_output=True, text=True, check=True,
+        )
+        assert json.loads(cli.stdout) == json.loads(text)
         err, text = await call(mcp, "plan_complete", summary="Auth works")
         assert not err and json.loads(text)["active_plan"] is None
         err, text = await call(mcp, "plan_enter", goal="Another")

@@ -222,14 +222,8 @@ pub async fn plan(client: &ClientArgs, cmd: PlanCmd) -> CliResult {
     let mut plans = pb::plan_service_client::PlanServiceClient::new(client.server.connect().await?);
     let status_out = |s: Option<pb::PlanStatus>| {
         let s = s.unwrap_or_default();
-        let value = json!({
-            "mode": view::mode_name(s.mode()),
-            "goal": s.goal,
-            "pending_plan_id": s.pending.as_ref().map(|p| p.plan_id.clone()),
-            "active_plan_id": s.active.as_ref().map(|a| a.plan_id.clone()),
-            "progress": s.active.as_ref().map(|a| json!({"completed": a.completed_count, "total": a.total_count, "current_step_id": a.current_step_id})),
-            "pending_modifications": s.pending_modifications.len(),
-        });
+        // The same shape as the `plan_status` tool's.
+        let value = view::plan_status_json(&s);
         match client.output {
             Output::Json => emit_json(&value),
             Output::Text => {

@@ -55,58 +55,6 @@ fn tool_error(status: &tonic::Status) -> Result<CallToolResult, McpError> {
     )]))
 }
 
-fn plan_json(p: &pb::ImplementationPlan) -> Value {
-    json!({
-        "summary": p.summary,
-        "approach": p.approach,
-        "alternatives_considered": p.alternatives_considered,
-        "steps": p.steps.iter().map(|s| json!({
-            "id": s.id,
-            "description": s.description,
-            "files": s.files,
-            "depends_on": s.depends_on,
-            "verification": s.verification,
-        })).collect::<Vec<_>>(),
-        "risks": p.risks,
-        "files_to_create": p.files_to_create,
-        "files_to_modify": p.files_to_modify,
-        "tests_to_write": p.tests_to_write,
-        "estimated_complexity": view::complexity_name(p.estimated_complexity()),
-    })
-}
-
-/// `plan_status`'s shape: mode, goal, pending plan, active progress.
-fn status_json(s: &pb::PlanStatus) -> Value {
-    let mode = view::mode_name(s.mode());
-    let active = s.active.as_ref().map(|a| {
-        let current = a.plan.as_ref().and_then(|p| p.steps.iter().find(|st| st.id == a.current_step_id));
-        json!({
-            "plan_id": a.plan_id,
-            "approver": a.approver,
-            "progress": { "completed": a.completed_count, "total": a.total_count },
-            "completed_step_ids": a.completed_step_ids,
-            "current_step": current.map(|st| json!({ "id": st.id, "description": st.description, "verification": st.verification })),
-            "plan": a.plan.as_ref().map(plan_json),
-        })
-    });
-    json!({
-        "mode": mode,
-        "goal": s.goal,
-        "scope": s.scope,
-        "pending_plan": s.pending.as_ref().map(|p| json!({
-            "plan_id": p.plan_id,
-            "plan": p.plan.as_ref().map(plan_json),
-        })),
-        "active_plan": active,
-        "pending_modifications": s.pending_modifications.iter().map(|m| json!({
-            "modification_id": m.modification_id,
-            "step_id": m.step_id,
-            "reason": m.reason,
-            "new_description": m.new_description,
-        })).collect::<Vec<_>>(),
-    })
-}
-
 #[tool_router]
 impl CairnTools {
     /// The server for one agent, over a (lazily connecting) channel.
@@ -545,9 +493,11 @@ impl CairnTools {
         result: Result<Option<pb::PlanStatus>, tonic::Status>,
     ) -> Result<CallToolResult, McpError> {
         match result {
-            Ok(status) => ok_json(&status_json(&status.unwrap_or_else(|| pb::PlanStatus {
-                session_id: self.session_id.clone(),
-                ..pb::PlanStatus::default()
+            Ok(status) => ok_json(&view::plan_status_json(&status.unwrap_or_else(|| {
+                pb::PlanStatus {
+                    session_id: self.session_id.clone(),
+                    ..pb::PlanStatus::default()
+                }
             }))),
             Err(e) => tool_error(&e),
         }
