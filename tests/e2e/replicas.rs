@@ -707,6 +707,18 @@ async fn redundancy(channel: Channel) -> (i32, i32) {
     (ask("").await, ask("cairn.store.redundancy").await)
 }
 
+/// Whether health (overall, redundancy) reads `want` within the patience
+/// bound.
+async fn health_becomes(channel: &Channel, want: (i32, i32)) -> bool {
+    tokio::time::timeout(PATIENCE, async {
+        while redundancy(channel.clone()).await != want {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await
+    .is_ok()
+}
+
 /// Hardening round 2, item 9: with one follower black-holed (or killed),
 /// quorum holds, so writes must go on: calls move to the other members
 /// instead of waiting on the lost one, and health says degraded (not
@@ -733,19 +745,8 @@ async fn one_member_gone_writes_go_on(fault: Fault) {
         Fault::Kill => cluster.kill(victim),
     }
     // Within a few seconds the lost member is out of rotation.
-    let degraded = tokio::time::timeout(PATIENCE, async {
-        loop {
-            if redundancy(channel.clone()).await == (SERVING, NOT_SERVING) {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    })
-    .await;
-    assert!(
-        degraded.is_ok(),
-        "{fault:?}: health shows the degraded cluster"
-    );
+    let degraded = health_becomes(&channel, (SERVING, NOT_SERVING)).await;
+    assert!(degraded, "{fault:?}: health shows the degraded cluster");
     tokio::time::sleep(Duration::from_secs(1)).await;
     // Then every write succeeds: 8 writers, 10 writes each.
     let mut tasks = Vec::new();
@@ -773,16 +774,8 @@ async fn one_member_gone_writes_go_on(fault: Fault) {
         Fault::BlackHole => cluster.resume(victim),
         Fault::Kill => cluster.restart(victim),
     }
-    let back = tokio::time::timeout(PATIENCE, async {
-        loop {
-            if redundancy(channel.clone()).await == (SERVING, SERVING) {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    })
-    .await;
-    assert!(back.is_ok(), "{fault:?}: the member is readmitted");
+    let back = health_becomes(&channel, (SERVING, SERVING)).await;
+    assert!(back, "{fault:?}: the member is readmitted");
     eprintln!("{fault:?} of one follower: {checked} writes acknowledged and in the log, 0 failed");
 }
 

@@ -178,15 +178,8 @@ async fn authenticate(
     req: &mut Request<Incoming>,
     kind: Kind,
 ) -> Result<(), Response<Body>> {
-    let header = req
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok());
-    match auth.authenticate(header).await {
-        Ok(who) => {
-            req.extensions_mut().insert(who);
-            Ok(())
-        }
+    match auth.identify(req).await {
+        Ok(()) => Ok(()),
         Err(e) => {
             let error = ConnectError::from_status(&crate::status::status(e));
             Err(match kind {

@@ -514,17 +514,11 @@ where
                 .extensions()
                 .get::<crate::auth::Authenticated>()
                 .is_some();
-            if !known && !is_open_path(req.uri().path()) {
-                let header = req
-                    .headers()
-                    .get(http::header::AUTHORIZATION)
-                    .and_then(|v| v.to_str().ok());
-                match auth.authenticate(header).await {
-                    Ok(who) => {
-                        req.extensions_mut().insert(who);
-                    }
-                    Err(e) => return Ok(crate::status::status(e).into_http()),
-                }
+            if !known
+                && !is_open_path(req.uri().path())
+                && let Err(e) = auth.identify(&mut req).await
+            {
+                return Ok(crate::status::status(e).into_http());
             }
             let span = if traced {
                 crate::metrics::rpc_span(&req)
