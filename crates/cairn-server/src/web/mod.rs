@@ -122,8 +122,13 @@ impl Browsers {
     fn may_try(&self, ip: std::net::IpAddr) -> bool {
         let now = Instant::now();
         let mut all = self.attempts.lock().unwrap_or_else(PoisonError::into_inner);
-        if all.len() >= LOGIN_PEERS {
+        if all.len() >= LOGIN_PEERS && !all.contains_key(&ip) {
             all.retain(|_, (_, at)| now.duration_since(*at) < LOGIN_REFILL * LOGIN_BURST);
+            // Every address counted is recent: a new one waits until some
+            // age out, so many addresses cannot grow the table.
+            if all.len() >= LOGIN_PEERS {
+                return false;
+            }
         }
         let (tokens, at) = all.entry(ip).or_insert((LOGIN_BURST, now));
         let refilled =
@@ -580,6 +585,27 @@ mod tests {
             h.insert(*k, HeaderValue::from_str(v).unwrap());
         }
         h
+    }
+
+    /// The sign-in rate limit's table is bounded whatever the number of
+    /// addresses (an IPv6 client has plenty).
+    #[test]
+    fn sign_in_attempts_are_counted_for_a_bounded_number_of_addresses() {
+        let b = Browsers {
+            open: None,
+            signed_in: Mutex::new(HashMap::new()),
+            attempts: Mutex::new(HashMap::new()),
+            secure: false,
+        };
+        for i in 0..LOGIN_PEERS {
+            let ip = std::net::IpAddr::V6(std::net::Ipv6Addr::from(u128::try_from(i).unwrap()));
+            assert!(b.may_try(ip));
+        }
+        let new = std::net::IpAddr::V6(std::net::Ipv6Addr::from(u128::MAX));
+        assert!(!b.may_try(new), "a new address waits");
+        assert_eq!(b.attempts.lock().unwrap().len(), LOGIN_PEERS);
+        // A counted address goes on with its own budget.
+        assert!(b.may_try(std::net::IpAddr::V6(std::net::Ipv6Addr::from(0u128))));
     }
 
     #[test]
