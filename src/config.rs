@@ -11,11 +11,13 @@ use clap::{Parser, Subcommand, ValueEnum};
 
 use cairn_core::Limits;
 use cairn_core::duration::parse_duration;
+use cairn_redb::RedbOptions;
 use cairn_server::auth::AuthMode;
 use cairn_server::conn::ConnLimits;
 use cairn_server::tls::TlsFiles;
 use cairn_server::{DEFAULT_BLOCKED_TOOLS, DEFAULT_MAX_REQUEST_BYTES, Policy, ServerConfig};
-use cairn_store::StoreOptions;
+
+use crate::engine::Engine;
 use cairn_store::compactor::Retention;
 
 /// Cairn: durable, observable plans and todo lists for LLM agents.
@@ -205,11 +207,11 @@ pub struct ServeArgs {
     #[arg(long, env = "CAIRN_DRAIN_TIMEOUT", default_value = "20s", value_parser = parse_duration)]
     pub drain_timeout: Duration,
     /// Bytes of database pages cached in memory.
-    #[arg(long, env = "CAIRN_DB_CACHE_BYTES", default_value_t = StoreOptions::new("").cache_bytes)]
+    #[arg(long, env = "CAIRN_DB_CACHE_BYTES", default_value_t = RedbOptions::new("").cache_bytes)]
     pub db_cache_bytes: usize,
     /// Bytes of hot plans kept in memory, so `GetPlan` answers without a
     /// database read (0: off).
-    #[arg(long, env = "CAIRN_PLAN_CACHE_BYTES", default_value_t = StoreOptions::new("").plan_cache_bytes)]
+    #[arg(long, env = "CAIRN_PLAN_CACHE_BYTES", default_value_t = RedbOptions::new("").plan_cache_bytes)]
     pub plan_cache_bytes: u64,
     /// Verify every page of the database when starting (reads the whole file once).
     #[arg(long, env = "CAIRN_CHECK_INTEGRITY", default_value_t = true, action = clap::ArgAction::Set)]
@@ -280,17 +282,19 @@ pub struct ServeArgs {
 }
 
 impl ServeArgs {
-    /// The server configuration these flags describe.
-    pub fn server_config(&self) -> ServerConfig {
-        let mut store = StoreOptions::new(&self.data_dir);
-        store.commit_batch = self.commit_batch.max(1);
-        store.queue_depth = self.commit_queue.max(1);
-        store.commit_bytes = self.commit_bytes.max(1);
-        store.check_integrity = self.check_integrity;
-        store.cache_bytes = self.db_cache_bytes;
-        store.plan_cache_bytes = self.plan_cache_bytes;
-        let etcd = match self.backend {
-            BackendArg::Redb => None,
+    /// The engine these flags choose, and its options.
+    pub fn engine(&self) -> Engine {
+        match self.backend {
+            BackendArg::Redb => {
+                let mut redb = RedbOptions::new(&self.data_dir);
+                redb.commit_batch = self.commit_batch.max(1);
+                redb.queue_depth = self.commit_queue.max(1);
+                redb.commit_bytes = self.commit_bytes.max(1);
+                redb.check_integrity = self.check_integrity;
+                redb.cache_bytes = self.db_cache_bytes;
+                redb.plan_cache_bytes = self.plan_cache_bytes;
+                Engine::Redb(redb)
+            }
             BackendArg::Etcd => {
                 let mut etcd = cairn_etcd::EtcdOptions::new(
                     self.etcd_endpoints
@@ -307,12 +311,14 @@ impl ServeArgs {
                 etcd.connection.credentials =
                     self.etcd_user.clone().zip(self.etcd_password_file.clone());
                 etcd.max_txn_ops = self.etcd_max_txn_ops.max(1);
-                Some(etcd)
+                Engine::Etcd(etcd)
             }
-        };
+        }
+    }
+
+    /// The server configuration these flags describe.
+    pub fn server_config(&self) -> ServerConfig {
         ServerConfig {
-            store,
-            etcd,
             progress_interval: self.progress_interval,
             web_listen: self.web_listen,
             retention: Retention {
@@ -386,7 +392,10 @@ mod tests {
         assert_eq!(args.listen.to_string(), "127.0.0.1:50051");
         let cfg = args.server_config();
         assert_eq!(cfg.policy, Policy::default());
-        assert_eq!(cfg.store.commit_batch, 256);
+        let crate::engine::Engine::Redb(redb) = args.engine() else {
+            panic!("redb is the default engine");
+        };
+        assert_eq!(redb.commit_batch, 256);
         assert_eq!(cfg.progress_interval, Duration::from_secs(10));
         assert_eq!(cfg.retention, Retention::default());
     }

@@ -5,6 +5,7 @@
 //! onto each crate's own configuration types.
 
 mod config;
+mod engine;
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
@@ -47,7 +48,8 @@ async fn run(cli: Cli, traced: bool) -> ExitCode {
             let mut config = args.server_config();
             config.web_extra = mcp_over_http(&args, &listener);
             config.trace_context = traced;
-            match cairn_server::serve(listener, config, shutdown_signal()).await {
+            let store = args.engine().open();
+            match cairn_server::serve(listener, config, store, shutdown_signal()).await {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     tracing::error!(error = %e, "server failed");

@@ -1,8 +1,9 @@
 //! Serving: binds the services, health and reflection to a listener.
 //!
-//! [`serve`] takes an already bound listener and a shutdown future, so tests
-//! run the real server in-process on `127.0.0.1:0` with no sleeps, and
-//! `main` only parses config and calls it. Connections are served by
+//! [`serve`] takes an already bound listener, the opening of a store and a
+//! shutdown future, so tests run the real server in-process on
+//! `127.0.0.1:0` with no sleeps, and `main` only parses config, chooses the
+//! engine and calls it: this crate names no engine. Connections are served by
 //! [`super::conn`], which bounds what each client may hold.
 
 use std::collections::HashMap;
@@ -21,7 +22,7 @@ use tonic_types::{ErrorDetails, StatusExt};
 
 use cairn_api as pb;
 use cairn_store::compactor::{self, Retention};
-use cairn_store::{Condition, Store, StoreOptions};
+use cairn_store::{Condition, Store};
 
 use crate::auth::{Auth, AuthMode};
 use crate::conn::{self, ConnLimits};
@@ -41,10 +42,6 @@ pub const DEFAULT_MAX_REQUEST_BYTES: usize = 4 * 1024 * 1024;
 /// Everything `cairn serve` needs besides the listener.
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
-    /// Where and how the store lives (the embedded redb engine).
-    pub store: StoreOptions,
-    /// The etcd cluster to keep the state in instead; redb when unset.
-    pub etcd: Option<cairn_etcd::EtcdOptions>,
     /// The operator's rules.
     pub policy: Policy,
     /// Heartbeat of idle watch streams that ask for no interval.
@@ -92,11 +89,9 @@ impl std::fmt::Debug for WebRoutes {
 }
 
 impl ServerConfig {
-    /// Defaults around a data directory.
-    pub fn new(data_dir: impl Into<std::path::PathBuf>) -> Self {
+    /// Defaults: loopback, no authentication, no dashboard.
+    pub fn new() -> Self {
         ServerConfig {
-            store: StoreOptions::new(data_dir),
-            etcd: None,
             policy: Policy::default(),
             progress_interval: Duration::from_secs(10),
             retention: Retention::default(),
@@ -112,6 +107,12 @@ impl ServerConfig {
             metrics_listen: None,
             trace_context: false,
         }
+    }
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig::new()
     }
 }
 
@@ -152,26 +153,19 @@ pub const REDUNDANCY_SERVICE: &str = "cairn.store.redundancy";
 
 /// Serves on `listener` until `shutdown` completes, then lets in-flight
 /// requests finish (within the drain deadline) and closes the store (every
-/// queued write is committed and answered first).
+/// queued write is committed and answered first). `open` opens the store:
+/// it is awaited only once the configuration has been found safe.
 pub async fn serve(
     listener: TcpListener,
     config: ServerConfig,
+    open: impl Future<Output = cairn_core::error::Result<Store>> + Send,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), ServeError> {
     // Refuse an unsafe configuration before touching the store.
     let listen_addrs = [listener.local_addr().ok(), config.web_listen];
     check_exposure(&config, &listen_addrs)?;
     let admin_token = read_admin_token(&config)?;
-    let store = if let Some(etcd) = &config.etcd {
-        let mut etcd = etcd.clone();
-        etcd.watch_buffer = config.store.watch_buffer;
-        cairn_etcd::open(&etcd).await?
-    } else {
-        let opts = config.store.clone();
-        tokio::task::spawn_blocking(move || Store::open(&opts))
-            .await
-            .map_err(|e| cairn_core::error::Error::Internal(format!("open task: {e}")))??
-    };
+    let store = open.await?;
     let web = match config.web_listen {
         Some(addr) => {
             let web = TcpListener::bind(addr).await?;

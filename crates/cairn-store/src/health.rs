@@ -179,7 +179,7 @@ pub fn guard<T>(f: impl FnOnce() -> Result<T>) -> Result<T> {
             let location = LAST_PANIC.with(|p| p.borrow_mut().take());
             let in_engine = location
                 .as_ref()
-                .is_some_and(|(file, _)| file.contains("redb"));
+                .is_some_and(|(file, _)| in_redb_crate(file));
             if in_engine {
                 Err(Error::DataLoss {
                     file: String::new(),
@@ -195,9 +195,28 @@ pub fn guard<T>(f: impl FnOnce() -> Result<T>) -> Result<T> {
     }
 }
 
+/// Whether a panic's file is a source of the redb crate itself (a
+/// registry path such as `.../redb-4.6.0/src/tree_store/page_store.rs`),
+/// not of Cairn's own engine crate, whose name also holds "redb".
+fn in_redb_crate(file: &str) -> bool {
+    file.split(['/', '\\']).any(|part| {
+        part.strip_prefix("redb-")
+            .is_some_and(|v| v.starts_with(|c: char| c.is_ascii_digit()))
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_the_redb_crate_is_the_engine() {
+        assert!(in_redb_crate(
+            "/root/.cargo/registry/src/index.crates.io-1949cf8c6b5b557f/redb-4.6.0/src/tree_store/btree.rs"
+        ));
+        assert!(!in_redb_crate("crates/cairn-redb/src/lib.rs"));
+        assert!(!in_redb_crate("crates/cairn-store/src/ops.rs"));
+    }
 
     #[test]
     fn panics_become_errors_and_corruption_is_sticky() {

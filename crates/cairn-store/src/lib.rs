@@ -1,18 +1,17 @@
-//! `cairn-store`: durable state. The storage seam, the embedded redb
-//! engine behind it, the revision log, compaction and the watch hub.
+//! `cairn-store`: durable state. The storage seam, the mutations, the
+//! revision log, compaction and the watch hub. The engines live in their
+//! own crates behind the seam: `cairn-redb` (embedded) and `cairn-etcd`.
 //!
 //! ```text
-//!  server ──write(op)──▶ Store ──▶ Backend (embedded: bounded queue ▶ one writer thread)
+//!  server ──write(op)──▶ Store ──▶ Backend (redb: bounded queue ▶ one writer thread)
 //!                                    │ runs ops in ONE transaction, commits durably
 //!                                    ├──▶ answers each op
 //!                                    └──▶ Hub::dispatch(committed revisions) ──▶ watchers
-//!  server ──read(f)───▶ Store ──▶ Backend (embedded: reader threads, one snapshot per batch)
+//!  server ──read(f)───▶ Store ──▶ Backend (redb: reader threads, one snapshot per batch)
 //! ```
 //!
 //! - [`seam`]: what mutations need from a database ([`ReadView`],
 //!   [`WriteView`]) and what the store needs from an engine ([`Backend`]);
-//! - [`embedded`]: the redb engine (tables, the group-committing writer,
-//!   the readers, recovery from a full disk);
 //! - [`ops`]: the mutations, the rules of `cairn-core` applied inside a
 //!   transaction;
 //! - [`records`]: what is stored and what the log carries;
@@ -33,7 +32,6 @@ pub mod cache;
 pub mod clock;
 pub mod codec;
 pub mod compactor;
-pub mod embedded;
 pub mod health;
 pub mod hub;
 pub mod ops;
@@ -43,7 +41,6 @@ pub mod store;
 pub mod telemetry;
 
 pub use clock::now_micros;
-pub use embedded::StoreOptions;
 pub use health::Condition;
 pub use seam::{Backend, Ctx, PENDING_REVISION, ReadView, WriteView};
 pub use store::Store;

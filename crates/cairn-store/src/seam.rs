@@ -3,7 +3,7 @@
 //! transaction), and what the store needs from an engine ([`Backend`]: run
 //! reads on a snapshot, commit writes durably, feed the hub).
 //!
-//! The embedded redb engine ([`crate::embedded`]) implements both; another
+//! The embedded redb engine (crate `cairn-redb`) implements both; another
 //! engine (a distributed KV store) implements them over its own
 //! transactions, and the rules, the mutations and the server stay as they
 //! are.

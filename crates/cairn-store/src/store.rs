@@ -7,7 +7,6 @@ use cairn_core::error::{Error, Result};
 use tokio::sync::oneshot;
 use tracing::Instrument as _;
 
-use crate::embedded::{Embedded, StoreOptions};
 use crate::health::{Condition, guard};
 use crate::hub::Hub;
 use crate::seam::{Backend, Ctx, Finisher, ReadJob, ReadView, WriteJob};
@@ -29,13 +28,6 @@ impl std::fmt::Debug for Store {
 }
 
 impl Store {
-    /// Opens the embedded redb store (blocking: call before serving, or
-    /// off the runtime).
-    pub fn open(opts: &StoreOptions) -> Result<Self> {
-        let (backend, hub) = Embedded::open(opts)?;
-        Ok(Store::new(Arc::new(backend), hub))
-    }
-
     /// A store over an engine that feeds `hub`.
     pub fn new(backend: Arc<dyn Backend>, hub: Arc<Hub>) -> Self {
         Store { backend, hub }
@@ -176,31 +168,5 @@ impl Store {
     /// Later writes fail with `ShuttingDown`. Idempotent.
     pub async fn close(&self) {
         self.backend.close().await;
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[tokio::test]
-    async fn panics_fail_one_request_and_never_a_worker() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut opts = StoreOptions::new(dir.path());
-        opts.reader_threads = 1;
-        let store = Store::open(&opts).unwrap();
-        for _ in 0..5 {
-            let r: Result<()> = store.read(|_| panic!("a bug in a read")).await;
-            assert!(matches!(r, Err(Error::Internal(m)) if m.contains("a bug in a read")));
-            let w: Result<()> = store.write(0, |_| panic!("a bug in a write")).await;
-            assert!(matches!(w, Err(Error::Internal(m)) if m.contains("a bug in a write")));
-        }
-        // The one reader and the writer are still there.
-        assert_eq!(store.read(|v| v.revision()).await.unwrap(), 0);
-        let rev = store.write(0, |ctx| ctx.commit(Vec::new())).await.unwrap();
-        assert_eq!(rev, 1);
-        // A bug is not corruption: health stays as it was.
-        assert_eq!(*store.condition().borrow(), Condition::Serving);
-        store.close().await;
     }
 }

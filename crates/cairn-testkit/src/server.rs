@@ -6,7 +6,10 @@ use std::net::SocketAddr;
 use cairn_api::plan_service_client::PlanServiceClient;
 use cairn_api::session_service_client::SessionServiceClient;
 use cairn_api::todo_service_client::TodoServiceClient;
+use cairn_etcd::EtcdOptions;
+use cairn_redb::RedbOptions;
 use cairn_server::{Policy, ServeError, ServerConfig, serve};
+use cairn_store::Store;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -18,6 +21,8 @@ use crate::etcd::EtcdCluster;
 pub struct TestServer {
     pub addr: SocketAddr,
     pub config: ServerConfig,
+    /// The engine's options (redb; their watch buffer also on etcd).
+    pub redb: RedbOptions,
     shutdown: Option<oneshot::Sender<()>>,
     handle: Option<JoinHandle<Result<(), ServeError>>>,
     dir: Option<tempfile::TempDir>,
@@ -46,43 +51,69 @@ impl TestServer {
 
     /// A server on a fresh data dir, with settings adjusted by `f`.
     pub async fn start_with(f: impl FnOnce(&mut Policy)) -> Self {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let mut config = ServerConfig::new(dir.path().join("data"));
-        f(&mut config.policy);
-        Self::launch(config, dir).await
+        Self::start_config(|c| f(&mut c.policy)).await
     }
 
     /// A server on a fresh data dir with the whole configuration adjusted.
     pub async fn start_config(f: impl FnOnce(&mut ServerConfig)) -> Self {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let mut config = ServerConfig::new(dir.path().join("data"));
-        f(&mut config);
-        Self::launch(config, dir).await
+        Self::start_engine(f, |_| {}).await
     }
 
-    async fn launch(mut config: ServerConfig, dir: tempfile::TempDir) -> Self {
-        let etcd = if on_etcd() && config.etcd.is_none() {
-            let cluster = EtcdCluster::start(3).await;
-            config.etcd = Some(cairn_etcd::EtcdOptions::new(cluster.endpoints()));
-            Some(cluster)
+    /// A server on a fresh data dir with its configuration and its engine's
+    /// options adjusted.
+    pub async fn start_engine(
+        f: impl FnOnce(&mut ServerConfig),
+        e: impl FnOnce(&mut RedbOptions),
+    ) -> Self {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut config = ServerConfig::new();
+        f(&mut config);
+        let mut redb = RedbOptions::new(dir.path().join("data"));
+        e(&mut redb);
+        let etcd = if on_etcd() {
+            Some(EtcdCluster::start(3).await)
         } else {
             None
         };
-        let mut server = Self::launch_on(config, dir).await;
+        let mut server = Self::launch_on(config, redb, etcd.as_ref(), dir).await;
         server.etcd = etcd;
         server
     }
 
-    async fn launch_on(config: ServerConfig, dir: tempfile::TempDir) -> Self {
+    /// Opens the store this server runs on: etcd when the suite runs
+    /// there, else the redb file.
+    async fn open(
+        redb: RedbOptions,
+        etcd: Option<EtcdOptions>,
+    ) -> cairn_core::error::Result<Store> {
+        match etcd {
+            Some(mut opts) => {
+                opts.watch_buffer = redb.watch_buffer;
+                cairn_etcd::open(&opts).await
+            }
+            None => tokio::task::spawn_blocking(move || cairn_redb::open(&redb))
+                .await
+                .expect("open task"),
+        }
+    }
+
+    async fn launch_on(
+        config: ServerConfig,
+        redb: RedbOptions,
+        etcd: Option<&EtcdCluster>,
+        dir: tempfile::TempDir,
+    ) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr");
         let (tx, rx) = oneshot::channel::<()>();
-        let handle = tokio::spawn(serve(listener, config.clone(), async {
+        let store = Self::open(redb.clone(), etcd.map(|c| EtcdOptions::new(c.endpoints())));
+        let handle = tokio::spawn(serve(listener, config.clone(), store, async {
             let _ = rx.await;
         }));
         TestServer {
             addr,
             config,
+            redb,
             shutdown: Some(tx),
             handle: Some(handle),
             dir: Some(dir),
@@ -105,7 +136,8 @@ impl TestServer {
         self.stop().await;
         let dir = self.dir.take().expect("dir");
         let etcd = self.etcd.take();
-        let mut server = Self::launch_on(self.config.clone(), dir).await;
+        let mut server =
+            Self::launch_on(self.config.clone(), self.redb.clone(), etcd.as_ref(), dir).await;
         server.etcd = etcd;
         server
     }

@@ -18,10 +18,10 @@ use redb::{
     WriteTransaction,
 };
 
-use crate::cache::{HotPlan, PlanCache};
-use crate::codec::{decode, encode, encode_revision, revision_time};
-use crate::records::{PlanRecord, PrincipalRecord, Revision, SessionPage, TodoRecord};
-use crate::seam::{ReadView, WriteView};
+use cairn_store::cache::{HotPlan, PlanCache};
+use cairn_store::codec::{decode, encode, encode_revision, revision_time};
+use cairn_store::records::{PlanRecord, PrincipalRecord, Revision, SessionPage, TodoRecord};
+use cairn_store::seam::{ReadView, WriteView};
 
 const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 const SESSIONS: TableDefinition<&str, &[u8]> = TableDefinition::new("sessions");
@@ -186,7 +186,7 @@ pub fn open(
 /// transaction's `ReadOnlyTable` and the writer's held `Table` share them.
 mod read {
     use super::{Db, Micros, Revision, SessionPage, decode, revision_time};
-    use crate::codec::{decode_revision_sized, decode_sized};
+    use cairn_store::codec::{decode_revision_sized, decode_sized};
     use redb::ReadableTable;
     use serde::de::DeserializeOwned;
     use std::ops::Bound;

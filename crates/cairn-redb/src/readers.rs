@@ -6,11 +6,11 @@ use cairn_core::Micros;
 use cairn_core::error::{Error, Result};
 use redb::ReadableDatabase;
 
-use super::tables::{Db, RedbView};
-use super::{DbSlot, QueuedRead};
-use crate::health::guard;
-use crate::records::{self, Revision};
-use crate::seam::ReadView;
+use crate::tables::{Db, RedbView};
+use crate::{DbSlot, QueuedRead};
+use cairn_store::health::guard;
+use cairn_store::records::{self, Revision};
+use cairn_store::seam::ReadView;
 
 /// Most reads one reader thread serves from one read transaction.
 const READ_BATCH: usize = 64;

@@ -368,7 +368,7 @@ async fn bad_watch_requests_are_refused() {
 #[tokio::test]
 async fn a_slow_watcher_catches_up_from_the_log() {
     // A tiny per-watcher buffer makes the watcher overflow almost at once.
-    let server = TestServer::start_config(|c| c.store.watch_buffer = 2).await;
+    let server = TestServer::start_engine(|_| {}, |e| e.watch_buffer = 2).await;
     let mut plans = server.plans().await;
     let mut client = WatchServiceClient::new(server.channel().await);
     let mut stream = watch(&mut client, Target::All(true), None, false).await;

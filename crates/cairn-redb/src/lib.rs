@@ -1,4 +1,7 @@
-//! The embedded engine: one redb file under the data directory.
+//! `cairn-redb`: the embedded engine, one redb file under the data
+//! directory, behind the store's seam ([`cairn_store::Backend`]). The
+//! binary opens it with [`open`] and hands the [`Store`] to the server,
+//! which never names an engine.
 //!
 //! ```text
 //!  Store::write ──▶ bounded queue ──▶ writer thread
@@ -30,14 +33,16 @@ use cairn_core::error::{Error, Result};
 use redb::{Database, ReadableDatabase};
 use tokio::sync::{mpsc, watch};
 
-use crate::health::{Condition, Health, guard};
-use crate::hub::Hub;
-use crate::seam::{Backend, BoxFuture, ReadJob, ReadView, WriteJob};
+use cairn_store::health::{Condition, Health, guard};
+use cairn_store::hub::Hub;
+use cairn_store::seam::{Backend, BoxFuture, ReadJob, ReadView, WriteJob};
 use tables::RedbView;
+
+pub use cairn_store::Store;
 
 /// How the embedded store is opened.
 #[derive(Debug, Clone)]
-pub struct StoreOptions {
+pub struct RedbOptions {
     /// Directory holding the database file; created if missing.
     pub data_dir: PathBuf,
     /// Most mutations committed together in one transaction (1 disables
@@ -61,10 +66,10 @@ pub struct StoreOptions {
     pub plan_cache_bytes: u64,
 }
 
-impl StoreOptions {
+impl RedbOptions {
     /// Defaults for a data directory.
     pub fn new(data_dir: impl Into<PathBuf>) -> Self {
-        StoreOptions {
+        RedbOptions {
             data_dir: data_dir.into(),
             commit_batch: 256,
             commit_bytes: 8 * 1024 * 1024,
@@ -76,6 +81,13 @@ impl StoreOptions {
             plan_cache_bytes: 64 * 1024 * 1024,
         }
     }
+}
+
+/// Opens the embedded store (blocking: call before serving, or off the
+/// runtime).
+pub fn open(opts: &RedbOptions) -> Result<Store> {
+    let (backend, hub) = Embedded::open(opts)?;
+    Ok(Store::new(Arc::new(backend), hub))
 }
 
 /// Name of the database file inside the data directory.
@@ -131,8 +143,8 @@ pub struct Embedded {
 impl Embedded {
     /// Opens (or creates) `cairn.redb` under the data directory and starts
     /// the writer and the readers; returns the engine and the hub it feeds.
-    pub fn open(opts: &StoreOptions) -> Result<(Self, Arc<Hub>)> {
-        crate::health::install_panic_hook();
+    pub fn open(opts: &RedbOptions) -> Result<(Self, Arc<Hub>)> {
+        cairn_store::health::install_panic_hook();
         let new_dir = !opts.data_dir.exists();
         std::fs::create_dir_all(&opts.data_dir)
             .map_err(|e| Error::Storage(format!("create {}: {e}", opts.data_dir.display())))?;
@@ -302,4 +314,31 @@ fn private(path: &std::path::Path, created: bool, mode: u32) {
     }
     #[cfg(not(unix))]
     let _ = (path, created, mode);
+}
+
+#[cfg(test)]
+mod store_tests {
+    use super::*;
+    use cairn_store::Condition;
+
+    #[tokio::test]
+    async fn panics_fail_one_request_and_never_a_worker() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut opts = RedbOptions::new(dir.path());
+        opts.reader_threads = 1;
+        let store = open(&opts).unwrap();
+        for _ in 0..5 {
+            let r: Result<()> = store.read(|_| panic!("a bug in a read")).await;
+            assert!(matches!(r, Err(Error::Internal(m)) if m.contains("a bug in a read")));
+            let w: Result<()> = store.write(0, |_| panic!("a bug in a write")).await;
+            assert!(matches!(w, Err(Error::Internal(m)) if m.contains("a bug in a write")));
+        }
+        // The one reader and the writer are still there.
+        assert_eq!(store.read(|v| v.revision()).await.unwrap(), 0);
+        let rev = store.write(0, |ctx| ctx.commit(Vec::new())).await.unwrap();
+        assert_eq!(rev, 1);
+        // A bug is not corruption: health stays as it was.
+        assert_eq!(*store.condition().borrow(), Condition::Serving);
+        store.close().await;
+    }
 }

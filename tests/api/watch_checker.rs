@@ -53,7 +53,7 @@ async fn watch_streams_match_a_replay_of_history() {
     let ops = env_or("CAIRN_CHECKER_OPS", 40);
     let seed = env_or("CAIRN_CHECKER_SEED", fastrand::u64(..));
     eprintln!("watch checker: CAIRN_CHECKER_SEED={seed} CAIRN_CHECKER_OPS={ops}");
-    let server = TestServer::start_config(|c| c.store.watch_buffer = 2).await;
+    let server = TestServer::start_engine(|_| {}, |e| e.watch_buffer = 2).await;
     let channel = server.channel().await;
     let mut sessions = pb::session_service_client::SessionServiceClient::new(channel.clone());
     for root in ["r0", "r1"] {

@@ -13,13 +13,13 @@ use cairn_core::error::{Error, Result};
 use redb::Durability;
 use tokio::sync::mpsc;
 
-use super::tables::{self, Db, RedbWrite};
-use super::{DbSlot, Job};
-use crate::clock::now_micros;
-use crate::health::{Condition, Health, guard, needs_reopen};
-use crate::hub::Hub;
-use crate::seam::Ctx;
-use crate::seam::WriteJob;
+use crate::tables::{self, Db, RedbWrite};
+use crate::{DbSlot, Job};
+use cairn_store::clock::now_micros;
+use cairn_store::health::{Condition, Health, guard, needs_reopen};
+use cairn_store::hub::Hub;
+use cairn_store::seam::Ctx;
+use cairn_store::seam::WriteJob;
 
 /// When the writer closes a batch.
 #[derive(Debug, Clone, Copy)]
@@ -148,7 +148,7 @@ impl Writer {
                         {
                             failure = Some(e);
                         }
-                        crate::telemetry::commit(staged.len(), started.elapsed());
+                        cairn_store::telemetry::commit(staged.len(), started.elapsed());
                     }
                 } else {
                     let _ = guard(|| txn.abort().map_err(|e| Error::from(Db::from(e))));
@@ -166,7 +166,7 @@ impl Writer {
             Err(e)
         } else {
             self.revision.store(end, Ordering::Release);
-            crate::telemetry::revision(end);
+            cairn_store::telemetry::revision(end);
             // Never blocks: a watcher whose buffer is full is told to catch up
             // from the log instead.
             self.hub.dispatch(&staged);
