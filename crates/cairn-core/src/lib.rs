@@ -11,6 +11,7 @@
 //!   modifications, and which tools are blocked while planning;
 //! - [`todo`]: the per-agent todo merge;
 //! - [`access`]: who may do what: principals, roles, scopes;
+//! - [`command`]: every write as a value, the one shape all writes take;
 //! - [`error`]: every way a request can fail, with the exact texts.
 //!
 //! It must never import tonic, tokio, redb or prost (its manifest has none
@@ -22,6 +23,7 @@
 //! a field is added.
 
 pub mod access;
+pub mod command;
 pub mod duration;
 pub mod error;
 pub mod limits;

@@ -64,7 +64,7 @@ pub struct ItemInput {
 }
 
 /// A validated `update_plan` call.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PlanUpdate {
     /// Why the plan changes.
     pub explanation: String,

@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use cairn_core::access::{Caller, Principal, Role};
 use cairn_core::error::{Error, Result};
 use cairn_store::Store;
-use cairn_store::hub::Target;
+use cairn_store::hub::Topic;
 use sha2::{Digest, Sha256};
 use tokio::sync::watch;
 
@@ -118,7 +118,7 @@ impl Auth {
     /// Forgets cached tokens on every principal change, and tells open
     /// streams to check theirs.
     async fn follow(self: Arc<Self>) {
-        let (mut sub, _) = self.store.hub().subscribe(&Target::Principals);
+        let (mut sub, _) = self.store.hub().subscribe(&Topic::Principals);
         while sub.next().await.is_some() {
             // A full buffer only means "several changes": the same reaction.
             let _ = sub.resync();

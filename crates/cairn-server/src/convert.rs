@@ -11,11 +11,14 @@ use prost_types::Timestamp;
 use cairn_api as pb;
 use cairn_core::Micros;
 use cairn_core::access::{Principal, Role};
+use cairn_core::command::{
+    Decision, PlanCommand, PlanWrite, SessionCommand, SessionPatch, TodoCommand,
+};
 use cairn_core::error::{Error, Result};
 use cairn_core::plan::{ItemInput, PlanItem, PlanUpdate, StepStatus};
 use cairn_core::plan_mode::{
-    ActivePlan, Complexity, HistoryEntry, ImplementationPlan, Mode, Modification, Outcome,
-    PendingPlan, Step, StepCompletion,
+    ActivePlan, Complexity, HistoryEntry, ImplementationPlan, Mode, Modification,
+    ModificationRequest, Outcome, PendingPlan, Step, StepCompletion,
 };
 use cairn_core::session::Session;
 use cairn_core::todo::{Priority, TodoInput, TodoItem, TodoStatus};
@@ -589,4 +592,122 @@ mod tests {
         );
         assert_eq!(u.items[0].status, None);
     }
+}
+
+/// A request that is one write to a session's plan: converted into the
+/// command the store applies.
+pub trait PlanRequest: prost::Message + Sized {
+    /// The write this request asks for. Anything random (a plan id's
+    /// suffix) is chosen here, once, so that a retried write is the same.
+    fn into_write(self) -> Result<PlanWrite>;
+}
+
+macro_rules! plan_requests {
+    ($($req:ident { $($field:ident),* } => $command:expr;)*) => {$(
+        impl PlanRequest for pb::$req {
+            fn into_write(self) -> Result<PlanWrite> {
+                let pb::$req { session_id, expected_revision, $($field),* } = self;
+                Ok(PlanWrite { session_id, expected_revision, command: $command })
+            }
+        }
+    )*};
+}
+
+plan_requests! {
+    EnterPlanModeRequest { goal, scope } => PlanCommand::Enter { goal, scope };
+    ExitPlanModeRequest { plan } => PlanCommand::Exit {
+        plan: plan.map(implementation_plan_in).transpose()?.unwrap_or_default(),
+        id_suffix: random_suffix(),
+    };
+    ApprovePlanRequest { approver } => PlanCommand::Approve { approver };
+    RejectPlanRequest { reason } => PlanCommand::Reject { reason };
+    CompleteStepRequest { step_id, verification_result } => PlanCommand::CompleteStep {
+        step_id,
+        verification_result,
+    };
+    CompletePlanRequest { summary, deviations } => PlanCommand::CompletePlan { summary, deviations };
+    ModifyPlanRequest { step_id, reason, new_description, new_files, new_verification } =>
+        PlanCommand::Modify(ModificationRequest {
+            step_id,
+            reason,
+            new_description,
+            new_files,
+            new_verification,
+        });
+    ApproveModificationRequest { modification_id } => PlanCommand::DecideModification {
+        modification_id,
+        decision: Decision::Approve,
+    };
+    RejectModificationRequest { modification_id } => PlanCommand::DecideModification {
+        modification_id,
+        decision: Decision::Reject,
+    };
+}
+
+/// Six lowercase letters and digits: the end of a new plan's id.
+fn random_suffix() -> String {
+    (0..6)
+        .map(|_| fastrand::alphanumeric().to_ascii_lowercase())
+        .collect()
+}
+
+/// `CreateSession` as a command; an id the request leaves empty is chosen
+/// here, so that a retried write creates the same session.
+pub fn create_session(req: pb::CreateSessionRequest) -> SessionCommand {
+    let mut s: Session = req.session.map(session_in).unwrap_or_default();
+    if s.session_id.is_empty() {
+        s.session_id = cairn_core::session::generate_id(|| fastrand::u64(..));
+    }
+    SessionCommand::Create(s)
+}
+
+/// `UpdateSession` as a command.
+pub fn update_session(req: pb::UpdateSessionRequest) -> SessionCommand {
+    let pb::UpdateSessionRequest {
+        session_id,
+        title,
+        agent_id,
+        parent_session_id,
+        labels,
+        replace_labels,
+        expected_revision,
+    } = req;
+    SessionCommand::Update {
+        session_id,
+        patch: SessionPatch {
+            title,
+            agent_id,
+            parent_session_id: parent_session_id.map(|p| (!p.is_empty()).then_some(p)),
+            labels: replace_labels.then(|| labels.into_iter().collect()),
+            expected_revision,
+        },
+    }
+}
+
+/// `DeleteSession` as a command.
+pub fn delete_session(req: pb::DeleteSessionRequest) -> SessionCommand {
+    let pb::DeleteSessionRequest {
+        session_id,
+        cascade,
+        expected_revision,
+    } = req;
+    SessionCommand::Delete {
+        session_id,
+        cascade,
+        expected_revision,
+    }
+}
+
+/// `WriteTodos` as a command.
+pub fn write_todos(req: pb::WriteTodosRequest) -> Result<TodoCommand> {
+    let pb::WriteTodosRequest {
+        agent_id,
+        todos,
+        expected_revision,
+    } = req;
+    Ok(TodoCommand::Write {
+        agent_id,
+        items: todo_inputs(todos)?,
+        expected_revision,
+    })
 }

@@ -165,7 +165,7 @@ pub async fn serve(
     let listen_addrs = [listener.local_addr().ok(), config.web_listen];
     check_exposure(&config, &listen_addrs)?;
     let admin_token = read_admin_token(&config)?;
-    let store = open.await?;
+    let store = open.await?.with_limits(config.policy.limits.clone());
     let web = match config.web_listen {
         Some(addr) => {
             let web = TcpListener::bind(addr).await?;

@@ -46,6 +46,15 @@ pub struct HotPlan {
 }
 
 impl HotPlan {
+    /// The session as rights see it.
+    pub fn facts<'a>(&'a self, session_id: &'a str) -> cairn_core::access::SessionFacts<'a> {
+        cairn_core::access::SessionFacts {
+            session_id,
+            agent_id: &self.agent_id,
+            ancestors: &self.ancestors,
+        }
+    }
+
     pub fn new(agent_id: String, ancestors: Vec<String>, record: PlanRecord) -> Self {
         let weight = approximate_bytes(&agent_id, &ancestors, &record);
         HotPlan {

@@ -31,7 +31,7 @@ use crate::records::{Event, EventKind, Revision};
 
 /// What a watch follows.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Target {
+pub enum Topic {
     /// One session: its record and plan.
     Session(String),
     /// A session and every session below it, decided at each event's
@@ -49,47 +49,47 @@ pub enum Target {
     Principals,
 }
 
-impl Target {
+impl Topic {
     /// Whether `event` belongs to this target.
     pub fn matches(&self, event: &Event) -> bool {
         match self {
-            Target::Session(id) => event.session_id == *id,
-            Target::Tree(root) => event.in_tree(root),
-            Target::Agent(agent) => {
+            Topic::Session(id) => event.session_id == *id,
+            Topic::Tree(root) => event.in_tree(root),
+            Topic::Agent(agent) => {
                 event.kind != EventKind::PrincipalChanged
                     && (event.agent_id == *agent
                         || (!event.session_id.is_empty() && event.previous_agent_id == *agent))
             }
-            Target::Sessions(ids) => ids.contains(&event.session_id),
-            Target::Trees(roots) => roots.iter().any(|r| event.in_tree(r)),
-            Target::All => event.kind != EventKind::PrincipalChanged,
-            Target::Principals => event.kind == EventKind::PrincipalChanged,
+            Topic::Sessions(ids) => ids.contains(&event.session_id),
+            Topic::Trees(roots) => roots.iter().any(|r| event.in_tree(r)),
+            Topic::All => event.kind != EventKind::PrincipalChanged,
+            Topic::Principals => event.kind == EventKind::PrincipalChanged,
         }
     }
 
     /// The target's kind, a bounded metrics label (never an id).
     pub fn kind(&self) -> &'static str {
         match self {
-            Target::Session(_) => "session",
-            Target::Tree(_) => "tree",
-            Target::Agent(_) => "agent",
-            Target::Sessions(_) => "sessions",
-            Target::Trees(_) => "trees",
-            Target::All => "all",
-            Target::Principals => "principals",
+            Topic::Session(_) => "session",
+            Topic::Tree(_) => "tree",
+            Topic::Agent(_) => "agent",
+            Topic::Sessions(_) => "sessions",
+            Topic::Trees(_) => "trees",
+            Topic::All => "all",
+            Topic::Principals => "principals",
         }
     }
 
     /// The hub index keys this target is filed under.
     fn keys(&self) -> Vec<Key> {
         match self {
-            Target::Session(id) => vec![Key::Session(id.clone())],
-            Target::Tree(root) => vec![Key::Tree(root.clone())],
-            Target::Agent(agent) => vec![Key::Agent(agent.clone())],
-            Target::Sessions(ids) => ids.iter().cloned().map(Key::Session).collect(),
-            Target::Trees(roots) => roots.iter().cloned().map(Key::Tree).collect(),
-            Target::All => vec![Key::All],
-            Target::Principals => vec![Key::Principals],
+            Topic::Session(id) => vec![Key::Session(id.clone())],
+            Topic::Tree(root) => vec![Key::Tree(root.clone())],
+            Topic::Agent(agent) => vec![Key::Agent(agent.clone())],
+            Topic::Sessions(ids) => ids.iter().cloned().map(Key::Session).collect(),
+            Topic::Trees(roots) => roots.iter().cloned().map(Key::Tree).collect(),
+            Topic::All => vec![Key::All],
+            Topic::Principals => vec![Key::Principals],
         }
     }
 }
@@ -216,7 +216,7 @@ impl Hub {
 
     /// Registers a watcher. Revisions after the returned one arrive through
     /// the subscription; earlier ones are in the log.
-    pub fn subscribe(self: &Arc<Self>, target: &Target) -> (Subscription, u64) {
+    pub fn subscribe(self: &Arc<Self>, target: &Topic) -> (Subscription, u64) {
         let (tx, rx) = mpsc::channel(self.buffer);
         let mut reg = self.lock();
         reg.next_id += 1;

@@ -12,8 +12,10 @@
 //!
 //! - [`seam`]: what mutations need from a database ([`ReadView`],
 //!   [`WriteView`]) and what the store needs from an engine ([`Backend`]);
-//! - [`ops`]: the mutations, the rules of `cairn-core` applied inside a
-//!   transaction;
+//! - [`ops`]: [`ops::apply`], the one write path: a `cairn-core` command
+//!   applied inside a transaction, access checked once;
+//! - [`reads`]: the reads callers make, each through the access rules and
+//!   the hot plans;
 //! - [`records`]: what is stored and what the log carries;
 //! - [`hub`]: fan-out of committed revisions to watchers;
 //! - [`cache`]: the hot plans, answered from memory;
@@ -35,6 +37,7 @@ pub mod compactor;
 pub mod health;
 pub mod hub;
 pub mod ops;
+pub mod reads;
 pub mod records;
 pub mod seam;
 pub mod store;
@@ -42,5 +45,6 @@ pub mod telemetry;
 
 pub use clock::now_micros;
 pub use health::Condition;
+pub use ops::Applied;
 pub use seam::{Backend, Ctx, PENDING_REVISION, ReadView, WriteView};
 pub use store::Store;

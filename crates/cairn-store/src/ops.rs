@@ -1,14 +1,19 @@
-//! Mutations and reads, written against [`ReadView`] / [`WriteView`].
+//! Writes, written against [`ReadView`] / [`WriteView`]: [`apply`] is the
+//! one way a [`Command`] changes the store.
 //!
-//! Each mutation loads what it needs, runs the pure rule on a copy, checks
-//! `expected_revision`, and only then writes and logs its events. So an error
-//! at any point before the writes leaves the transaction untouched.
+//! Each write loads what it needs, checks access once, checks
+//! `expected_revision`, runs the pure rule on a copy, and only then writes
+//! and logs its events. So an error at any point before the writes leaves
+//! the transaction untouched, and a retried transaction (etcd) runs the
+//! same command value again.
 
 use std::collections::HashMap;
 
 use cairn_core::access::{self, Action, Caller, Role, SessionFacts};
+use cairn_core::command::{
+    Command, PlanOutcome, PlanWrite, PrincipalCommand, SessionCommand, SessionPatch, TodoCommand,
+};
 use cairn_core::error::{Error, Result};
-use cairn_core::plan_mode::HistoryEntry;
 use cairn_core::session::{self, Session};
 use cairn_core::todo::{self, TodoInput};
 use cairn_core::{Limits, SessionPlan, check_expected_revision};
@@ -188,7 +193,7 @@ pub fn list_sessions(
 }
 
 /// `CreateSession`.
-pub fn create_session(
+fn create_session(
     ctx: &mut Ctx<'_>,
     mut s: Session,
     limits: &Limits,
@@ -239,25 +244,15 @@ pub fn create_session(
     Ok((s, rev))
 }
 
-/// Requested changes to a session; `None` keeps a field.
-#[derive(Debug, Clone, Default)]
-pub struct SessionPatch {
-    pub title: Option<String>,
-    pub agent_id: Option<String>,
-    /// `Some(None)` makes the session a root.
-    pub parent_session_id: Option<Option<String>>,
-    pub labels: Option<std::collections::BTreeMap<String, String>>,
-    pub expected_revision: Option<u64>,
-}
-
 /// `UpdateSession`, including moves within the tree.
-pub fn update_session(
+fn update_session(
     ctx: &mut Ctx<'_>,
     id: &str,
     patch: SessionPatch,
     limits: &Limits,
     caller: &Caller,
 ) -> Result<(Session, u64)> {
+    limits.check_resource_id("session_id", id)?;
     let old = authorize(ctx.view, caller, Action::Manage, id)?;
     check_expected_revision(patch.expected_revision, old.revision)?;
     let mut s = old.clone();
@@ -353,13 +348,15 @@ pub fn update_session(
 
 /// `DeleteSession`: the session (and with `cascade`, its subtree) with plans
 /// and history, in one revision. Returns the deleted ids, requested first.
-pub fn delete_session(
+fn delete_session(
     ctx: &mut Ctx<'_>,
     id: &str,
     cascade: bool,
     expected: Option<u64>,
+    limits: &Limits,
     caller: &Caller,
 ) -> Result<(Vec<String>, u64)> {
+    limits.check_resource_id("session_id", id)?;
     // The subtree lies in the caller's scope when its root does.
     let root = authorize(ctx.view, caller, Action::Manage, id)?;
     check_expected_revision(expected, root.revision)?;
@@ -412,98 +409,267 @@ pub fn delete_session(
     Ok((ids, rev))
 }
 
-/// What a plan mutation does with a session that does not exist.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum IfMissing {
-    /// Create it as a root session (`UpdatePlan`, `EnterPlanMode`).
-    Create,
-    /// Fail with the rule's own error, or NOT_FOUND (everything else).
-    Fail,
+/// What a command changed, besides the revision.
+#[derive(Debug, Clone)]
+pub enum Applied {
+    /// A plan command: the stored plan and what the rule yielded.
+    Plan {
+        record: Box<PlanRecord>,
+        outcome: PlanOutcome,
+    },
+    /// A created or updated session.
+    Session(Session),
+    /// Deleted sessions: the requested one first, then its subtree.
+    Deleted(Vec<String>),
+    /// An agent's todo list as stored.
+    Todos(TodoRecord),
+    /// A created principal, or one with a new token.
+    Principal(PrincipalRecord),
+    /// A deleted principal.
+    PrincipalDeleted,
 }
 
-/// Applies `change` to a session's plan: loads it (creating an unknown
-/// session as a root with [`IfMissing::Create`]), checks `expected_revision`, runs
-/// the pure rule on a copy, then stores the plan, any history entries and
-/// the events. `change` returns its own output plus history entries to add.
-#[allow(clippy::too_many_arguments)]
-pub fn mutate_plan<R>(
-    ctx: &mut Ctx<'_>,
-    session_id: &str,
-    expected: Option<u64>,
-    if_missing: IfMissing,
-    action: Action,
-    caller: &Caller,
-    limits: &Limits,
-    change: impl FnOnce(&mut SessionPlan, cairn_core::Micros) -> Result<(R, Vec<HistoryEntry>)>,
-) -> Result<(R, PlanRecord, u64)> {
-    limits.check_resource_id("session_id", session_id)?;
-    // From memory when the engine has it (no reads, no decoding), else
-    // from the transaction.
-    let (session, chain, mut record, created) = if let Some(hot) = ctx.view.hot_plan(session_id)? {
-        access::check_session(
-            caller,
-            action,
-            &SessionFacts {
-                session_id,
-                agent_id: &hot.agent_id,
-                ancestors: &hot.ancestors,
-            },
-        )?;
-        // What events and rights need of the session: its agent and place.
-        let session = Session {
-            session_id: session_id.to_owned(),
-            agent_id: hot.agent_id.clone(),
-            parent_session_id: hot.ancestors.last().cloned(),
-            ..Session::default()
+impl Applied {
+    /// What a plan command stored and yielded.
+    pub fn into_plan(self) -> Result<(PlanRecord, PlanOutcome)> {
+        match self {
+            Applied::Plan { record, outcome } => Ok((*record, outcome)),
+            other => Err(other.mismatch("a plan")),
+        }
+    }
+
+    /// The session a create or an update left.
+    pub fn into_session(self) -> Result<Session> {
+        match self {
+            Applied::Session(s) => Ok(s),
+            other => Err(other.mismatch("a session")),
+        }
+    }
+
+    /// The ids a delete removed.
+    pub fn into_deleted(self) -> Result<Vec<String>> {
+        match self {
+            Applied::Deleted(ids) => Ok(ids),
+            other => Err(other.mismatch("deleted sessions")),
+        }
+    }
+
+    /// The todo list a write left.
+    pub fn into_todos(self) -> Result<TodoRecord> {
+        match self {
+            Applied::Todos(t) => Ok(t),
+            other => Err(other.mismatch("a todo list")),
+        }
+    }
+
+    /// The principal a create or a rotation left.
+    pub fn into_principal(self) -> Result<PrincipalRecord> {
+        match self {
+            Applied::Principal(p) => Ok(p),
+            other => Err(other.mismatch("a principal")),
+        }
+    }
+
+    /// A command answered with what another kind of command yields: a bug
+    /// in the caller's pairing of command and answer, never the input's.
+    fn mismatch(&self, wanted: &str) -> Error {
+        let got = match self {
+            Applied::Plan { .. } => "a plan",
+            Applied::Session(_) => "a session",
+            Applied::Deleted(_) => "deleted sessions",
+            Applied::Todos(_) => "a todo list",
+            Applied::Principal(_) => "a principal",
+            Applied::PrincipalDeleted => "a deleted principal",
         };
-        (session, hot.ancestors.clone(), hot.record.clone(), false)
-    } else {
-        match ctx.view.session(session_id)? {
-            Some(s) => {
-                let chain = ancestors(ctx.view, s.parent_session_id.as_deref())?;
-                access::check_session(
-                    caller,
-                    action,
-                    &SessionFacts {
-                        session_id,
-                        agent_id: &s.agent_id,
-                        ancestors: &chain,
-                    },
-                )?;
-                let record = plan_or_default(ctx.view, session_id)?;
-                (s, chain, record, false)
-            }
-            None if if_missing == IfMissing::Create => {
-                let agent_id = new_session_agent(caller);
-                access::check_create(caller, session_id, &agent_id, None)?;
-                let session = Session {
-                    session_id: session_id.to_owned(),
-                    agent_id,
-                    create_time: ctx.now,
-                    update_time: ctx.now,
-                    revision: ctx.next_revision(),
-                    ..Session::default()
-                };
-                let record = PlanRecord {
-                    session_id: session_id.to_owned(),
-                    ..PlanRecord::default()
-                };
-                (session, Vec::new(), record, true)
-            }
-            None => {
-                // An unknown session is a session in NORMAL mode with no
-                // plan: answer with the rule's own error (e.g. "Not in plan
-                // mode"), which is what an agent can act on, and create
-                // nothing.
-                change(&mut SessionPlan::default(), ctx.now)?;
-                return Err(Error::SessionNotFound(session_id.to_owned()));
+        Error::Internal(format!("expected {wanted} from a command, got {got}"))
+    }
+}
+
+/// Applies `command` on behalf of `caller`: the one write path of every
+/// RPC, the dashboard and anything the server does on its own. Returns
+/// what changed and the revision of the commit.
+pub fn apply(
+    ctx: &mut Ctx<'_>,
+    caller: &Caller,
+    command: &Command,
+    limits: &Limits,
+) -> Result<(Applied, u64)> {
+    match command {
+        Command::Plan(w) => plan(ctx, caller, w, limits),
+        Command::Session(SessionCommand::Create(s)) => {
+            let (s, rev) = create_session(ctx, s.clone(), limits, caller)?;
+            Ok((Applied::Session(s), rev))
+        }
+        Command::Session(SessionCommand::Update { session_id, patch }) => {
+            let (s, rev) = update_session(ctx, session_id, patch.clone(), limits, caller)?;
+            Ok((Applied::Session(s), rev))
+        }
+        Command::Session(SessionCommand::Delete {
+            session_id,
+            cascade,
+            expected_revision,
+        }) => {
+            let (ids, rev) = delete_session(
+                ctx,
+                session_id,
+                *cascade,
+                *expected_revision,
+                limits,
+                caller,
+            )?;
+            Ok((Applied::Deleted(ids), rev))
+        }
+        Command::Todos(TodoCommand::Write {
+            agent_id,
+            items,
+            expected_revision,
+        }) => {
+            limits.check_resource_id("agent_id", agent_id)?;
+            access::check_todos(caller, agent_id, access::TodoAction::Write)?;
+            let (list, rev) =
+                write_todos(ctx, agent_id, items.clone(), *expected_revision, limits)?;
+            Ok((Applied::Todos(list), rev))
+        }
+        Command::Principal(c) => {
+            access::check_admin(caller)?;
+            match c {
+                PrincipalCommand::Create {
+                    principal,
+                    token_sha256,
+                } => {
+                    let record = PrincipalRecord {
+                        principal: principal.clone(),
+                        token_sha256: token_sha256.clone(),
+                        ..PrincipalRecord::default()
+                    };
+                    let (p, rev) = create_principal(ctx, record)?;
+                    Ok((Applied::Principal(p), rev))
+                }
+                PrincipalCommand::Delete {
+                    principal_id,
+                    expected_revision,
+                } => {
+                    limits.check_resource_id("principal_id", principal_id)?;
+                    let rev = delete_principal(ctx, principal_id, *expected_revision)?;
+                    Ok((Applied::PrincipalDeleted, rev))
+                }
+                PrincipalCommand::RotateToken {
+                    principal_id,
+                    token_sha256,
+                } => {
+                    limits.check_resource_id("principal_id", principal_id)?;
+                    let (p, rev) = rotate_token(ctx, principal_id, token_sha256)?;
+                    Ok((Applied::Principal(p), rev))
+                }
             }
         }
-    };
-    check_expected_revision(expected, record.revision)?;
-    let mut plan = record.plan.clone();
-    let (out, history) = change(&mut plan, ctx.now)?;
+    }
+}
 
+/// A session as a plan write finds it: its facts and its plan.
+struct Loaded {
+    session: Session,
+    ancestors: Vec<String>,
+    record: PlanRecord,
+}
+
+/// Loads a session's facts and plan: from memory when the engine has
+/// them (no reads, no decoding), else from the transaction.
+fn load(ctx: &Ctx<'_>, session_id: &str) -> Result<Option<Loaded>> {
+    if let Some(hot) = ctx.view.hot_plan(session_id)? {
+        // What events and rights need of the session: its agent and place.
+        return Ok(Some(Loaded {
+            session: Session {
+                session_id: session_id.to_owned(),
+                agent_id: hot.agent_id.clone(),
+                parent_session_id: hot.ancestors.last().cloned(),
+                ..Session::default()
+            },
+            ancestors: hot.ancestors.clone(),
+            record: hot.record.clone(),
+        }));
+    }
+    let Some(session) = ctx.view.session(session_id)? else {
+        return Ok(None);
+    };
+    Ok(Some(Loaded {
+        ancestors: ancestors(ctx.view, session.parent_session_id.as_deref())?,
+        record: plan_or_default(ctx.view, session_id)?,
+        session,
+    }))
+}
+
+/// A plan write, in five steps: load the session's facts, check access,
+/// check `expected_revision`, run the rule, then encode, store and log.
+fn plan(
+    ctx: &mut Ctx<'_>,
+    caller: &Caller,
+    w: &PlanWrite,
+    limits: &Limits,
+) -> Result<(Applied, u64)> {
+    let PlanWrite {
+        session_id,
+        expected_revision,
+        command,
+    } = w;
+    limits.check_resource_id("session_id", session_id)?;
+    // 1 and 2: the facts, then access, once.
+    let (
+        Loaded {
+            session,
+            ancestors: chain,
+            mut record,
+        },
+        created,
+    ) = match load(ctx, session_id)? {
+        Some(loaded) => {
+            access::check_session(
+                caller,
+                command.action(),
+                &SessionFacts {
+                    session_id,
+                    agent_id: &loaded.session.agent_id,
+                    ancestors: &loaded.ancestors,
+                },
+            )?;
+            (loaded, false)
+        }
+        None if command.creates_session() => {
+            let agent_id = new_session_agent(caller);
+            access::check_create(caller, session_id, &agent_id, None)?;
+            let session = Session {
+                session_id: session_id.clone(),
+                agent_id,
+                create_time: ctx.now,
+                update_time: ctx.now,
+                revision: ctx.next_revision(),
+                ..Session::default()
+            };
+            let record = PlanRecord {
+                session_id: session_id.clone(),
+                ..PlanRecord::default()
+            };
+            let loaded = Loaded {
+                session,
+                ancestors: Vec::new(),
+                record,
+            };
+            (loaded, true)
+        }
+        None => {
+            // An unknown session is a session in NORMAL mode with no plan:
+            // answer with the rule's own error (e.g. "Not in plan mode"),
+            // which is what an agent can act on, and create nothing.
+            command.run(&mut SessionPlan::default(), caller, ctx.now, limits)?;
+            return Err(Error::SessionNotFound(session_id.clone()));
+        }
+    };
+    // 3.
+    check_expected_revision(*expected_revision, record.revision)?;
+    // 4. The rule, on a copy.
+    let mut plan = record.plan.clone();
+    let (outcome, history) = command.run(&mut plan, caller, ctx.now, limits)?;
+    // 5.
     let history_from = record.history_len;
     record.history_len += history.len() as u64;
     record.plan = plan;
@@ -536,7 +702,13 @@ pub fn mutate_plan<R>(
     ctx.view.put_plan(session_id, &encoded)?;
     events.push(Event::plan(&session, &record, chain));
     let rev = ctx.commit(events)?;
-    Ok((out, record, rev))
+    Ok((
+        Applied::Plan {
+            record: Box::new(record),
+            outcome,
+        },
+        rev,
+    ))
 }
 
 /// The agent of a session a plan mutation creates: the caller's, when it
@@ -557,7 +729,7 @@ fn new_session_agent(caller: &Caller) -> String {
 }
 
 /// `WriteTodos`: validate and merge, then store.
-pub fn write_todos(
+fn write_todos(
     ctx: &mut Ctx<'_>,
     agent_id: &str,
     items: Vec<TodoInput>,
@@ -576,10 +748,7 @@ pub fn write_todos(
 }
 
 /// `CreatePrincipal`: a new principal with the hash of its token.
-pub fn create_principal(
-    ctx: &mut Ctx<'_>,
-    mut p: PrincipalRecord,
-) -> Result<(PrincipalRecord, u64)> {
+fn create_principal(ctx: &mut Ctx<'_>, mut p: PrincipalRecord) -> Result<(PrincipalRecord, u64)> {
     let id = p.principal.principal_id.clone();
     if ctx.view.principal(&id)?.is_some() {
         return Err(Error::PrincipalExists(id));
@@ -618,7 +787,7 @@ pub fn create_principal(
 }
 
 /// `DeletePrincipal`: the principal and its token go; its open watches end.
-pub fn delete_principal(ctx: &mut Ctx<'_>, id: &str, expected: Option<u64>) -> Result<u64> {
+fn delete_principal(ctx: &mut Ctx<'_>, id: &str, expected: Option<u64>) -> Result<u64> {
     let p = ctx
         .view
         .principal(id)?
@@ -629,11 +798,7 @@ pub fn delete_principal(ctx: &mut Ctx<'_>, id: &str, expected: Option<u64>) -> R
 }
 
 /// `RotateToken`: the old token stops working in the same commit.
-pub fn rotate_token(
-    ctx: &mut Ctx<'_>,
-    id: &str,
-    token_sha256: &str,
-) -> Result<(PrincipalRecord, u64)> {
+fn rotate_token(ctx: &mut Ctx<'_>, id: &str, token_sha256: &str) -> Result<(PrincipalRecord, u64)> {
     let mut p = ctx
         .view
         .principal(id)?

@@ -3,12 +3,16 @@
 
 use std::sync::Arc;
 
+use cairn_core::Limits;
+use cairn_core::access::{self, Caller};
+use cairn_core::command::Command;
 use cairn_core::error::{Error, Result};
 use tokio::sync::oneshot;
 use tracing::Instrument as _;
 
 use crate::health::{Condition, guard};
 use crate::hub::Hub;
+use crate::ops::{self, Applied};
 use crate::seam::{Backend, Ctx, Finisher, ReadJob, ReadView, WriteJob};
 
 /// A cheap, cloneable handle to the store: an engine and its hub.
@@ -16,6 +20,8 @@ use crate::seam::{Backend, Ctx, Finisher, ReadJob, ReadView, WriteJob};
 pub struct Store {
     backend: Arc<dyn Backend>,
     hub: Arc<Hub>,
+    /// The limits every write and read is checked against.
+    limits: Arc<Limits>,
 }
 
 impl std::fmt::Debug for Store {
@@ -30,7 +36,41 @@ impl std::fmt::Debug for Store {
 impl Store {
     /// A store over an engine that feeds `hub`.
     pub fn new(backend: Arc<dyn Backend>, hub: Arc<Hub>) -> Self {
-        Store { backend, hub }
+        Store {
+            backend,
+            hub,
+            limits: Arc::new(Limits::default()),
+        }
+    }
+
+    /// The same store, checking writes and reads against `limits`.
+    #[must_use]
+    pub fn with_limits(mut self, limits: Limits) -> Self {
+        self.limits = Arc::new(limits);
+        self
+    }
+
+    /// The limits writes and reads are checked against.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// Applies `command` on behalf of `caller` in one durable write
+    /// ([`ops::apply`]); `bytes` is about the size of the request, for the
+    /// commit byte budget. An engine may run it more than once: it runs
+    /// the same value each time.
+    pub async fn apply(
+        &self,
+        caller: &Caller,
+        command: Command,
+        bytes: usize,
+    ) -> Result<(Applied, u64)> {
+        let caller = caller.clone();
+        let limits = Arc::clone(&self.limits);
+        self.write(bytes, move |ctx| {
+            ops::apply(ctx, &caller, &command, &limits)
+        })
+        .await
     }
 
     /// Where the data lives (a file, endpoints), for logs.
@@ -41,7 +81,8 @@ impl Store {
     /// A consistent online copy of the store as a new database file at
     /// `dest`, taken from one snapshot while writes go on; the revision it
     /// holds.
-    pub async fn backup(&self, dest: std::path::PathBuf) -> Result<u64> {
+    pub async fn backup(&self, caller: &Caller, dest: std::path::PathBuf) -> Result<u64> {
+        access::check_admin(caller)?;
         let backend = Arc::clone(&self.backend);
         let dir = dest
             .parent()

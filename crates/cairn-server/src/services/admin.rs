@@ -4,14 +4,14 @@ use std::pin::Pin;
 
 use cairn_api as pb;
 use cairn_api::admin_service_server::AdminService;
-use cairn_core::access;
-use cairn_core::error::Error;
+use cairn_core::error::{Error, Result};
 use tokio::io::AsyncReadExt;
 use tokio_stream::Stream;
-use tonic::{Request, Response, Status};
+use tonic::Status;
 use tracing::instrument;
 
-use super::{State, caller};
+use super::{State, rpcs};
+use crate::auth::Authenticated;
 use crate::status::status;
 
 /// Bytes per backup chunk: well under gRPC's default message limit.
@@ -30,37 +30,22 @@ impl AdminApi {
     }
 }
 
-type BackupStream = Pin<Box<dyn Stream<Item = Result<pb::BackupResponse, Status>> + Send>>;
+/// The stream type of `Backup`.
+pub type BackupStream = Pin<Box<dyn Stream<Item = Result<pb::BackupResponse, Status>> + Send>>;
 
-#[tonic::async_trait]
-impl AdminService for AdminApi {
-    type BackupStream = BackupStream;
-
-    #[instrument(skip_all)]
-    async fn backup(
-        &self,
-        request: Request<pb::BackupRequest>,
-    ) -> Result<Response<BackupStream>, Status> {
-        let caller = caller(&request)?;
-        access::check_admin(&caller).map_err(status)?;
+impl AdminApi {
+    async fn backup(&self, who: &Authenticated, _req: pb::BackupRequest) -> Result<BackupStream> {
         // The copy is written to a private temp file first (a consistent
         // snapshot takes a read transaction's time, not the stream's),
         // then streamed and removed.
         let tmp = std::env::temp_dir();
-        let failed = |detail: String| {
-            status(Error::BackupFailed {
-                dir: tmp.display().to_string(),
-                detail,
-            })
+        let failed = |detail: String| Error::BackupFailed {
+            dir: tmp.display().to_string(),
+            detail,
         };
         let dir = tempfile::tempdir().map_err(|e| failed(e.to_string()))?;
         let path = dir.path().join("cairn.redb");
-        let revision = self
-            .state
-            .store
-            .backup(path.clone())
-            .await
-            .map_err(status)?;
+        let revision = self.state.store.backup(&who.caller, path.clone()).await?;
         let mut file = tokio::fs::File::open(&path)
             .await
             .map_err(|e| failed(e.to_string()))?;
@@ -83,6 +68,14 @@ impl AdminService for AdminApi {
                 yield pb::BackupResponse { data, revision };
             }
         };
-        Ok(Response::new(Box::pin(stream)))
+        Ok(Box::pin(stream))
+    }
+}
+
+rpcs! {
+    impl AdminService for AdminApi {
+        type BackupStream = BackupStream;
+        #[instrument(skip_all)]
+        fn backup(r: pb::BackupRequest) -> BackupStream => backup;
     }
 }

@@ -2,17 +2,15 @@
 
 use cairn_api as pb;
 use cairn_api::auth_service_server::AuthService;
-use cairn_core::access::{self, Caller, Principal, Role};
+use cairn_core::access::{Caller, Principal, Role};
+use cairn_core::command::{Command, PrincipalCommand};
 use cairn_core::error::{Error, Excerpt, Result};
-use cairn_store::ops;
 use cairn_store::records::PrincipalRecord;
-use tonic::{Request, Response, Status};
 use tracing::instrument;
 
-use super::{State, caller};
-use crate::auth::{BOOTSTRAP_ADMIN, mint_token, token_sha256};
+use super::{State, rpcs};
+use crate::auth::{Authenticated, BOOTSTRAP_ADMIN, mint_token, token_sha256};
 use crate::convert;
-use crate::status::status;
 
 /// Default and maximum `page_size` of `ListPrincipals`.
 const DEFAULT_PAGE: usize = 100;
@@ -35,72 +33,41 @@ impl AuthApi {
 
     async fn create(
         &self,
-        caller: &Caller,
+        who: &Authenticated,
         req: pb::CreatePrincipalRequest,
     ) -> Result<pb::CreatePrincipalResponse> {
-        access::check_admin(caller)?;
         let pb::CreatePrincipalRequest { principal } = req;
         let principal = convert::principal_in(principal.unwrap_or_default())?;
-        let limits = &self.state.policy.limits;
-        limits.check_resource_id("principal.principal_id", &principal.principal_id)?;
-        if principal.principal_id == BOOTSTRAP_ADMIN {
-            return Err(Error::invalid(
-                "principal.principal_id",
-                "`admin` is the bootstrap admin of --admin-token-file",
-            ));
-        }
-        // Every call of the principal checks these sets: bounded, so that
-        // nobody can make each call slow.
-        for (field, what, n) in [
-            (
-                "principal.agent_ids",
-                "agent ids per principal",
-                principal.agent_ids.len(),
-            ),
-            (
-                "principal.session_roots",
-                "session roots per principal",
-                principal.session_roots.len(),
-            ),
-        ] {
-            cairn_core::Limits::check_count(field, what, MAX_SCOPE_ENTRIES, n)?;
-        }
-        for (i, a) in principal.agent_ids.iter().enumerate() {
-            limits.check_resource_id(&format!("principal.agent_ids[{i}]"), a)?;
-        }
-        for (i, r) in principal.session_roots.iter().enumerate() {
-            limits.check_resource_id(&format!("principal.session_roots[{i}]"), r)?;
-        }
-        if principal.has(Role::Agent) && principal.agent_ids.is_empty() {
-            return Err(Error::invalid(
-                "principal.agent_ids",
-                "an agent acts as at least one agent id",
-            ));
-        }
+        check_principal(&principal, &self.state.policy.limits)?;
         let token = mint_token()?;
-        let record = PrincipalRecord {
+        let command = PrincipalCommand::Create {
             principal,
             token_sha256: token_sha256(&token),
-            ..PrincipalRecord::default()
         };
-        let (stored, revision) = self
-            .state
-            .store
-            .write(0, move |ctx| ops::create_principal(ctx, record.clone()))
-            .await?;
+        let (stored, revision) = self.apply(who, command).await?;
         Ok(pb::CreatePrincipalResponse {
-            principal: Some(convert::principal_out(&stored)),
+            principal: Some(convert::principal_out(&stored.into_principal()?)),
             token,
             revision,
         })
     }
 
+    async fn apply(
+        &self,
+        who: &Authenticated,
+        command: PrincipalCommand,
+    ) -> Result<(cairn_store::Applied, u64)> {
+        self.state
+            .store
+            .apply(&who.caller, Command::Principal(command), 0)
+            .await
+    }
+
     async fn list(
         &self,
-        caller: &Caller,
+        who: &Authenticated,
         req: pb::ListPrincipalsRequest,
     ) -> Result<pb::ListPrincipalsResponse> {
-        access::check_admin(caller)?;
         let pb::ListPrincipalsRequest {
             page_size,
             page_token,
@@ -111,21 +78,10 @@ impl AuthApi {
             Err(_) => return Err(Error::invalid("page_size", "must not be negative")),
         };
         let after = (!page_token.is_empty()).then_some(page_token);
-        if let Some(a) = &after {
-            self.state
-                .policy
-                .limits
-                .check_resource_id("page_token", a)?;
-        }
         let (mut page, revision) = self
             .state
             .store
-            .read(move |v| {
-                Ok((
-                    v.principals_after(after.as_deref(), limit + 1)?,
-                    v.revision()?,
-                ))
-            })
+            .list_principals(&who.caller, after, limit + 1)
             .await?;
         let next_page_token = if page.len() > limit {
             page.truncate(limit);
@@ -144,51 +100,43 @@ impl AuthApi {
 
     async fn delete(
         &self,
-        caller: &Caller,
+        who: &Authenticated,
         req: pb::DeletePrincipalRequest,
     ) -> Result<pb::DeletePrincipalResponse> {
-        access::check_admin(caller)?;
         let pb::DeletePrincipalRequest {
             principal_id,
             expected_revision,
         } = req;
-        self.state
-            .policy
-            .limits
-            .check_resource_id("principal_id", &principal_id)?;
-        let revision = self
-            .state
-            .store
-            .write(0, move |ctx| {
-                ops::delete_principal(ctx, &principal_id, expected_revision)
-            })
-            .await?;
+        let command = PrincipalCommand::Delete {
+            principal_id,
+            expected_revision,
+        };
+        let (_, revision) = self.apply(who, command).await?;
         Ok(pb::DeletePrincipalResponse { revision })
     }
 
     async fn rotate(
         &self,
-        caller: &Caller,
+        who: &Authenticated,
         req: pb::RotateTokenRequest,
     ) -> Result<pb::RotateTokenResponse> {
-        access::check_admin(caller)?;
         let pb::RotateTokenRequest { principal_id } = req;
-        self.state
-            .policy
-            .limits
-            .check_resource_id("principal_id", &principal_id)?;
         let token = mint_token()?;
-        let hash = token_sha256(&token);
-        let (_, revision) = self
-            .state
-            .store
-            .write(0, move |ctx| ops::rotate_token(ctx, &principal_id, &hash))
-            .await?;
+        let command = PrincipalCommand::RotateToken {
+            principal_id,
+            token_sha256: token_sha256(&token),
+        };
+        let (_, revision) = self.apply(who, command).await?;
         Ok(pb::RotateTokenResponse { token, revision })
     }
 
-    fn who_am_i(caller: &Caller) -> pb::WhoAmIResponse {
-        let principal = match caller {
+    #[allow(clippy::unused_async)] // the one handler shape awaits every RPC
+    async fn who_am_i(
+        &self,
+        who: &Authenticated,
+        _req: pb::WhoAmIRequest,
+    ) -> Result<pb::WhoAmIResponse> {
+        let principal = match &who.caller {
             Caller::Principal(p) => p.clone(),
             Caller::Open => Principal {
                 principal_id: "anonymous".into(),
@@ -196,71 +144,66 @@ impl AuthApi {
                 ..Principal::default()
             },
         };
-        pb::WhoAmIResponse {
+        Ok(pb::WhoAmIResponse {
             principal: Some(convert::principal_out(&PrincipalRecord {
                 principal,
                 ..PrincipalRecord::default()
             })),
-        }
+        })
     }
 }
 
-#[tonic::async_trait]
-impl AuthService for AuthApi {
-    #[instrument(skip_all, fields(principal_id = %Excerpt(request.get_ref().principal.as_ref().map_or("", |p| p.principal_id.as_str()))))]
-    async fn create_principal(
-        &self,
-        request: Request<pb::CreatePrincipalRequest>,
-    ) -> Result<Response<pb::CreatePrincipalResponse>, Status> {
-        let caller = caller(&request)?;
-        self.create(&caller, request.into_inner())
-            .await
-            .map(Response::new)
-            .map_err(status)
+/// What a new principal must be: a valid id that is not the bootstrap
+/// admin's, and bounded scopes (every call of the principal checks them,
+/// so nobody can make each call slow).
+fn check_principal(principal: &Principal, limits: &cairn_core::Limits) -> Result<()> {
+    limits.check_resource_id("principal.principal_id", &principal.principal_id)?;
+    if principal.principal_id == BOOTSTRAP_ADMIN {
+        return Err(Error::invalid(
+            "principal.principal_id",
+            "`admin` is the bootstrap admin of --admin-token-file",
+        ));
     }
-
-    #[instrument(skip_all)]
-    async fn list_principals(
-        &self,
-        request: Request<pb::ListPrincipalsRequest>,
-    ) -> Result<Response<pb::ListPrincipalsResponse>, Status> {
-        let caller = caller(&request)?;
-        self.list(&caller, request.into_inner())
-            .await
-            .map(Response::new)
-            .map_err(status)
+    for (field, what, n) in [
+        (
+            "principal.agent_ids",
+            "agent ids per principal",
+            principal.agent_ids.len(),
+        ),
+        (
+            "principal.session_roots",
+            "session roots per principal",
+            principal.session_roots.len(),
+        ),
+    ] {
+        cairn_core::Limits::check_count(field, what, MAX_SCOPE_ENTRIES, n)?;
     }
-
-    #[instrument(skip_all, fields(principal_id = %Excerpt(&request.get_ref().principal_id)))]
-    async fn delete_principal(
-        &self,
-        request: Request<pb::DeletePrincipalRequest>,
-    ) -> Result<Response<pb::DeletePrincipalResponse>, Status> {
-        let caller = caller(&request)?;
-        self.delete(&caller, request.into_inner())
-            .await
-            .map(Response::new)
-            .map_err(status)
+    for (i, a) in principal.agent_ids.iter().enumerate() {
+        limits.check_resource_id(&format!("principal.agent_ids[{i}]"), a)?;
     }
-
-    #[instrument(skip_all, fields(principal_id = %Excerpt(&request.get_ref().principal_id)))]
-    async fn rotate_token(
-        &self,
-        request: Request<pb::RotateTokenRequest>,
-    ) -> Result<Response<pb::RotateTokenResponse>, Status> {
-        let caller = caller(&request)?;
-        self.rotate(&caller, request.into_inner())
-            .await
-            .map(Response::new)
-            .map_err(status)
+    for (i, r) in principal.session_roots.iter().enumerate() {
+        limits.check_resource_id(&format!("principal.session_roots[{i}]"), r)?;
     }
+    if principal.has(Role::Agent) && principal.agent_ids.is_empty() {
+        return Err(Error::invalid(
+            "principal.agent_ids",
+            "an agent acts as at least one agent id",
+        ));
+    }
+    Ok(())
+}
 
-    #[instrument(skip_all)]
-    async fn who_am_i(
-        &self,
-        request: Request<pb::WhoAmIRequest>,
-    ) -> Result<Response<pb::WhoAmIResponse>, Status> {
-        let caller = caller(&request)?;
-        Ok(Response::new(Self::who_am_i(&caller)))
+rpcs! {
+    impl AuthService for AuthApi {
+        #[instrument(skip_all, fields(principal_id = %Excerpt(r.get_ref().principal.as_ref().map_or("", |p| p.principal_id.as_str()))))]
+        fn create_principal(r: pb::CreatePrincipalRequest) -> pb::CreatePrincipalResponse => create;
+        #[instrument(skip_all)]
+        fn list_principals(r: pb::ListPrincipalsRequest) -> pb::ListPrincipalsResponse => list;
+        #[instrument(skip_all, fields(principal_id = %Excerpt(&r.get_ref().principal_id)))]
+        fn delete_principal(r: pb::DeletePrincipalRequest) -> pb::DeletePrincipalResponse => delete;
+        #[instrument(skip_all, fields(principal_id = %Excerpt(&r.get_ref().principal_id)))]
+        fn rotate_token(r: pb::RotateTokenRequest) -> pb::RotateTokenResponse => rotate;
+        #[instrument(skip_all)]
+        fn who_am_i(r: pb::WhoAmIRequest) -> pb::WhoAmIResponse => who_am_i;
     }
 }

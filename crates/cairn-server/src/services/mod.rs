@@ -1,8 +1,12 @@
 //! The `cairn.v1` services.
 //!
-//! Handlers are thin: each trait method opens a `tracing` span, calls a
-//! function that speaks core types and returns `cairn_core::error::Result`,
-//! and maps the error once through [`crate::status::status`].
+//! One handler style for every service, written by [`rpcs!`]: each trait
+//! method opens a `tracing` span, takes the authenticated caller, calls a
+//! function that converts the request ([`crate::convert`]), makes one call
+//! to the store (a command to apply, or a read through the access rules)
+//! and builds the response; the error is mapped once, through
+//! [`crate::status::status`]. No handler checks access or touches the plan
+//! cache: the store does both.
 
 pub mod admin;
 pub mod auth;
@@ -14,7 +18,6 @@ pub mod watch;
 use std::sync::Arc;
 
 use cairn_core::Limits;
-use cairn_core::access::Caller;
 use cairn_core::error::Error;
 use cairn_store::Store;
 
@@ -69,6 +72,41 @@ pub struct State {
     pub auth: Arc<Auth>,
 }
 
+/// Implements a service trait in the one handler style: each RPC opens its
+/// span (the attributes given), takes who is calling, awaits its function
+/// `self.$inner(&who, request)` and maps the error once. Streaming RPCs
+/// name their stream types first.
+macro_rules! rpcs {
+    (
+        impl $service:ident for $api:ty {
+            $(type $stream:ident = $stream_ty:ty;)*
+            $(
+                $(#[$attr:meta])*
+                fn $name:ident($request:ident: $req:ty) -> $resp:ty => $inner:ident;
+            )*
+        }
+    ) => {
+        #[tonic::async_trait]
+        impl $service for $api {
+            $(type $stream = $stream_ty;)*
+            $(
+                $(#[$attr])*
+                async fn $name(
+                    &self,
+                    $request: tonic::Request<$req>,
+                ) -> Result<tonic::Response<$resp>, tonic::Status> {
+                    let who = $crate::services::authenticated(&$request)?;
+                    self.$inner(&who, $request.into_inner())
+                        .await
+                        .map(tonic::Response::new)
+                        .map_err($crate::status::status)
+                }
+            )*
+        }
+    };
+}
+pub(crate) use rpcs;
+
 /// Who made a request, as the authentication edge left it.
 pub fn authenticated<T>(request: &tonic::Request<T>) -> Result<Authenticated, tonic::Status> {
     request
@@ -80,9 +118,4 @@ pub fn authenticated<T>(request: &tonic::Request<T>) -> Result<Authenticated, to
                 "the request carries no authenticated caller".into(),
             ))
         })
-}
-
-/// The caller of a request.
-pub fn caller<T>(request: &tonic::Request<T>) -> Result<Caller, tonic::Status> {
-    authenticated(request).map(|a| a.caller)
 }

@@ -1,17 +1,15 @@
 //! `cairn.v1.TodoService`: per-agent todo lists.
 
 use prost::Message as _;
-use tonic::{Request, Response, Status};
 use tracing::instrument;
 
-use super::{State, caller};
+use super::{State, rpcs};
+use crate::auth::Authenticated;
 use crate::convert;
-use crate::status::status;
 use cairn_api as pb;
 use cairn_api::todo_service_server::TodoService;
-use cairn_core::access::{self, Caller};
+use cairn_core::command::Command;
 use cairn_core::error::{Excerpt, Result};
-use cairn_store::ops;
 
 /// The todo service.
 #[derive(Clone, Debug)]
@@ -27,19 +25,13 @@ impl TodoApi {
 
     async fn read(
         &self,
-        caller: &Caller,
+        who: &Authenticated,
         req: pb::ReadTodosRequest,
     ) -> Result<pb::ReadTodosResponse> {
-        let pb::ReadTodosRequest { agent_id } = req;
-        self.state
-            .policy
-            .limits
-            .check_resource_id("agent_id", &agent_id)?;
-        access::check_todos(caller, &agent_id, access::TodoAction::Read)?;
         let (list, revision) = self
             .state
             .store
-            .read(move |v| Ok((ops::get_todos(v, &agent_id)?, v.revision()?)))
+            .read_todos(&who.caller, req.agent_id)
             .await?;
         Ok(pb::ReadTodosResponse {
             list: Some(convert::todo_list(list)),
@@ -49,65 +41,24 @@ impl TodoApi {
 
     async fn write(
         &self,
-        caller: &Caller,
+        who: &Authenticated,
         req: pb::WriteTodosRequest,
     ) -> Result<pb::WriteTodosResponse> {
         let bytes = req.encoded_len();
-        let pb::WriteTodosRequest {
-            agent_id,
-            todos,
-            expected_revision,
-        } = req;
-        self.state
-            .policy
-            .limits
-            .check_resource_id("agent_id", &agent_id)?;
-        access::check_todos(caller, &agent_id, access::TodoAction::Write)?;
-        let items = convert::todo_inputs(todos)?;
-        let policy = self.state.policy.clone();
-        let (list, revision) = self
-            .state
-            .store
-            .write(bytes, move |ctx| {
-                ops::write_todos(
-                    ctx,
-                    &agent_id,
-                    items.clone(),
-                    expected_revision,
-                    &policy.limits,
-                )
-            })
-            .await?;
+        let command = Command::Todos(convert::write_todos(req)?);
+        let (applied, revision) = self.state.store.apply(&who.caller, command, bytes).await?;
         Ok(pb::WriteTodosResponse {
-            list: Some(convert::todo_list(list)),
+            list: Some(convert::todo_list(applied.into_todos()?)),
             revision,
         })
     }
 }
 
-#[tonic::async_trait]
-impl TodoService for TodoApi {
-    #[instrument(skip_all, fields(agent_id = %Excerpt(&request.get_ref().agent_id)))]
-    async fn read_todos(
-        &self,
-        request: Request<pb::ReadTodosRequest>,
-    ) -> Result<Response<pb::ReadTodosResponse>, Status> {
-        let caller = caller(&request)?;
-        self.read(&caller, request.into_inner())
-            .await
-            .map(Response::new)
-            .map_err(status)
-    }
-
-    #[instrument(skip_all, fields(agent_id = %Excerpt(&request.get_ref().agent_id), todos = request.get_ref().todos.len()))]
-    async fn write_todos(
-        &self,
-        request: Request<pb::WriteTodosRequest>,
-    ) -> Result<Response<pb::WriteTodosResponse>, Status> {
-        let caller = caller(&request)?;
-        self.write(&caller, request.into_inner())
-            .await
-            .map(Response::new)
-            .map_err(status)
+rpcs! {
+    impl TodoService for TodoApi {
+        #[instrument(skip_all, fields(agent_id = %Excerpt(&r.get_ref().agent_id)))]
+        fn read_todos(r: pb::ReadTodosRequest) -> pb::ReadTodosResponse => read;
+        #[instrument(skip_all, fields(agent_id = %Excerpt(&r.get_ref().agent_id), todos = r.get_ref().todos.len()))]
+        fn write_todos(r: pb::WriteTodosRequest) -> pb::WriteTodosResponse => write;
     }
 }

@@ -3,21 +3,19 @@
 use std::pin::Pin;
 use std::time::Duration;
 
-use cairn_store::ops;
 use tokio_stream::{Stream, StreamExt};
-use tonic::{Request, Response, Status};
+use tonic::Status;
 use tracing::instrument;
 
-use super::{State, authenticated};
+use super::{State, rpcs};
 use crate::auth::Authenticated;
 use crate::convert;
 use crate::status::status;
 use crate::watch::{self, Condition, Item, Start, WaitTarget};
 use cairn_api as pb;
 use cairn_api::watch_service_server::WatchService;
-use cairn_core::access::{self, Action, Caller, SessionFacts};
 use cairn_core::error::{Error, Excerpt, Result};
-use cairn_store::hub::Target;
+use cairn_store::hub::Topic;
 
 /// Longest `Wait` a client may ask for.
 const MAX_WAIT: Duration = Duration::from_secs(24 * 60 * 60);
@@ -38,51 +36,8 @@ impl WatchApi {
         WatchApi { state }
     }
 
-    /// Whether `caller` may follow `target`: the whole target must lie in
-    /// its scope (no silent filtering, which would make resume revisions
-    /// lie).
-    async fn authorize(&self, caller: &Caller, target: &Target) -> Result<()> {
-        if *caller == Caller::Open {
-            return Ok(());
-        }
-        match target {
-            Target::All | Target::Principals => return access::check_everything(caller),
-            Target::Agent(agent) => {
-                return access::check_todos(caller, agent, access::TodoAction::Read);
-            }
-            Target::Session(_) | Target::Tree(_) | Target::Trees(_) | Target::Sessions(_) => {}
-        }
-        let caller = caller.clone();
-        let target = target.clone();
-        self.state
-            .store
-            .read(move |v| {
-                let ids: Vec<String> = match &target {
-                    Target::Session(id) | Target::Tree(id) => vec![id.clone()],
-                    Target::Sessions(ids) | Target::Trees(ids) => ids.iter().cloned().collect(),
-                    _ => Vec::new(),
-                };
-                for id in ids {
-                    let Some(s) = v.session(&id)? else {
-                        // Rights follow a session's place and agent: one that
-                        // does not exist yet is only for whole-store readers.
-                        access::check_everything(&caller)?;
-                        continue;
-                    };
-                    let mut chain = Vec::new();
-                    let facts: SessionFacts<'_> = ops::facts(v, &s, &mut chain)?;
-                    if matches!(target, Target::Tree(_) | Target::Trees(_)) {
-                        access::check_tree(&caller, &facts)?;
-                    } else {
-                        access::check_session(&caller, Action::Read, &facts)?;
-                    }
-                }
-                Ok(())
-            })
-            .await
-    }
-
-    async fn watch_inner(&self, who: Authenticated, req: pb::WatchRequest) -> Result<WatchStream> {
+    async fn follow(&self, who: &Authenticated, req: pb::WatchRequest) -> Result<WatchStream> {
+        let who = who.clone();
         let pb::WatchRequest {
             target,
             start_revision,
@@ -93,17 +48,17 @@ impl WatchApi {
         let target = match target {
             Some(pb::watch_request::Target::SessionId(id)) => {
                 limits.check_resource_id("session_id", &id)?;
-                Target::Session(id)
+                Topic::Session(id)
             }
             Some(pb::watch_request::Target::SessionTree(id)) => {
                 limits.check_resource_id("session_tree", &id)?;
-                Target::Tree(id)
+                Topic::Tree(id)
             }
             Some(pb::watch_request::Target::AgentId(id)) => {
                 limits.check_resource_id("agent_id", &id)?;
-                Target::Agent(id)
+                Topic::Agent(id)
             }
-            Some(pb::watch_request::Target::All(true)) => Target::All,
+            Some(pb::watch_request::Target::All(true)) => Topic::All,
             Some(pb::watch_request::Target::All(false)) | None => {
                 return Err(Error::invalid(
                     "target",
@@ -131,7 +86,10 @@ impl WatchApi {
             }
             None => self.state.progress_interval,
         };
-        self.authorize(&who.caller, &target).await?;
+        self.state
+            .store
+            .authorize_watch(&who.caller, &target)
+            .await?;
         watch::check_start(&self.state.store, start).await?;
         let inner = watch::scoped(
             watch::watch(self.state.store.clone(), target, start, interval),
@@ -165,9 +123,9 @@ impl WatchApi {
         Ok(Box::pin(stream))
     }
 
-    async fn wait_inner(
+    async fn wait_for(
         &self,
-        who: Authenticated,
+        who: &Authenticated,
         req: pb::WaitRequest,
     ) -> Result<pb::WaitResponse> {
         let pb::WaitRequest {
@@ -214,10 +172,13 @@ impl WatchApi {
             None => DEFAULT_WAIT,
         };
         let hub_target = match &target {
-            WaitTarget::Tree(root) => Target::Tree(root.clone()),
-            WaitTarget::Sessions(ids) => Target::Sessions(ids.iter().cloned().collect()),
+            WaitTarget::Tree(root) => Topic::Tree(root.clone()),
+            WaitTarget::Sessions(ids) => Topic::Sessions(ids.iter().cloned().collect()),
         };
-        self.authorize(&who.caller, &hub_target).await?;
+        self.state
+            .store
+            .authorize_watch(&who.caller, &hub_target)
+            .await?;
         // Revocation ends a Wait as it ends a Watch.
         let revoked = self.state.auth.revoked(who.token_sha256.as_deref());
         let outcome = tokio::select! {
@@ -277,31 +238,12 @@ fn wait_target(t: Option<&pb::wait_request::Target>) -> String {
 /// The stream type of `Watch`.
 pub type WatchStream = Pin<Box<dyn Stream<Item = Result<pb::WatchResponse, Status>> + Send>>;
 
-#[tonic::async_trait]
-impl WatchService for WatchApi {
-    type WatchStream = WatchStream;
-
-    #[instrument(skip_all, fields(target = %watch_target(request.get_ref().target.as_ref()), start = ?request.get_ref().start_revision))]
-    async fn watch(
-        &self,
-        request: Request<pb::WatchRequest>,
-    ) -> Result<Response<Self::WatchStream>, Status> {
-        let who = authenticated(&request)?;
-        self.watch_inner(who, request.into_inner())
-            .await
-            .map(Response::new)
-            .map_err(status)
-    }
-
-    #[instrument(skip_all, fields(target = %wait_target(request.get_ref().target.as_ref())))]
-    async fn wait(
-        &self,
-        request: Request<pb::WaitRequest>,
-    ) -> Result<Response<pb::WaitResponse>, Status> {
-        let who = authenticated(&request)?;
-        self.wait_inner(who, request.into_inner())
-            .await
-            .map(Response::new)
-            .map_err(status)
+rpcs! {
+    impl WatchService for WatchApi {
+        type WatchStream = WatchStream;
+        #[instrument(skip_all, fields(target = %watch_target(r.get_ref().target.as_ref()), start = ?r.get_ref().start_revision))]
+        fn watch(r: pb::WatchRequest) -> WatchStream => follow;
+        #[instrument(skip_all, fields(target = %wait_target(r.get_ref().target.as_ref())))]
+        fn wait(r: pb::WaitRequest) -> pb::WaitResponse => wait_for;
     }
 }

@@ -26,7 +26,7 @@ use std::time::Duration;
 
 use cairn_core::error::{Error, Result};
 use cairn_core::session::Session;
-use cairn_store::hub::{Next, Target};
+use cairn_store::hub::{Next, Topic};
 use cairn_store::records::{Event, EventKind};
 use cairn_store::{ReadView, Store, ops};
 use tokio_stream::{Stream, StreamExt};
@@ -93,7 +93,7 @@ impl Delivered {
 }
 
 /// The events of `rev` that `target` wants, numbered within the revision.
-fn select(target: &Target, revision: u64, events: &[Event]) -> Vec<Item> {
+fn select(target: &Topic, revision: u64, events: &[Event]) -> Vec<Item> {
     let matching: Vec<&Event> = events.iter().filter(|e| target.matches(e)).collect();
     let count = u32::try_from(matching.len()).unwrap_or(u32::MAX);
     matching
@@ -144,12 +144,7 @@ fn ensure_retained(v: &dyn ReadView, requested: u64) -> Result<()> {
 /// and returns the items for `target`, with `next` moved past what was
 /// read. The stream yields a chunk's items before reading the next, so a
 /// lagging watcher holds one chunk, whatever its backlog.
-async fn read_chunk(
-    store: &Store,
-    target: &Target,
-    next: &mut u64,
-    upto: u64,
-) -> Result<Vec<Item>> {
+async fn read_chunk(store: &Store, target: &Topic, next: &mut u64, upto: u64) -> Result<Vec<Item>> {
     let from = *next;
     let (revs, dense) = store
         .read(move |v| {
@@ -227,7 +222,7 @@ enum Piece {
 }
 
 /// The snapshot of `target`, a chunk at a time, each from its own read.
-fn snapshot_items(store: Store, target: Target) -> impl Stream<Item = Result<Piece>> {
+fn snapshot_items(store: Store, target: Topic) -> impl Stream<Item = Result<Piece>> {
     async_stream::try_stream! {
         let mut snap = Some(Snapshot::new(&target));
         let (mut first, mut last) = (None, 0);
@@ -260,7 +255,7 @@ async fn snapshot_chunk(
 /// failure or shutdown; dropping it (client gone) unregisters it.
 pub fn watch(
     store: Store,
-    target: Target,
+    target: Topic,
     start: Start,
     progress_interval: Duration,
 ) -> impl Stream<Item = Result<Item>> + Send + 'static {
@@ -408,16 +403,16 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
-    fn new(target: &Target) -> Self {
+    fn new(target: &Topic) -> Self {
         let work = match target {
-            Target::Session(id) => vec![Work::Session(id.clone())],
-            Target::Sessions(ids) => ids.iter().cloned().map(Work::Session).collect(),
-            Target::Tree(root) => vec![Work::Tree {
+            Topic::Session(id) => vec![Work::Session(id.clone())],
+            Topic::Sessions(ids) => ids.iter().cloned().map(Work::Session).collect(),
+            Topic::Tree(root) => vec![Work::Tree {
                 id: root.clone(),
                 chain: None,
                 roots: None,
             }],
-            Target::Trees(roots) => {
+            Topic::Trees(roots) => {
                 let all = std::sync::Arc::new(roots.iter().cloned().collect::<Vec<_>>());
                 roots
                     .iter()
@@ -428,10 +423,10 @@ impl Snapshot {
                     })
                     .collect()
             }
-            Target::Agent(agent) => vec![Work::Agent(agent.clone())],
+            Topic::Agent(agent) => vec![Work::Agent(agent.clone())],
             // Never a watch target of a client.
-            Target::Principals => Vec::new(),
-            Target::All => vec![Work::AllSessions(None), Work::AllTodos(None)],
+            Topic::Principals => Vec::new(),
+            Topic::All => vec![Work::AllSessions(None), Work::AllTodos(None)],
         };
         Snapshot { work: work.into() }
     }

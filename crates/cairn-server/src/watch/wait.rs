@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use cairn_core::error::{Error, Result};
-use cairn_store::hub::{Next, Target};
+use cairn_store::hub::{Next, Topic};
 use cairn_store::records::PlanRecord;
 use cairn_store::{Store, ops};
 
@@ -50,8 +50,8 @@ pub async fn wait(
 ) -> Result<WaitOutcome> {
     let deadline = tokio::time::Instant::now() + timeout;
     let hub_target = match &target {
-        WaitTarget::Tree(root) => Target::Tree(root.clone()),
-        WaitTarget::Sessions(ids) => Target::Sessions(ids.iter().cloned().collect()),
+        WaitTarget::Tree(root) => Topic::Tree(root.clone()),
+        WaitTarget::Sessions(ids) => Topic::Sessions(ids.iter().cloned().collect()),
     };
     // Subscribe before reading, so a change between the two is not missed.
     let (mut sub, _) = store.hub().subscribe(&hub_target);

@@ -39,14 +39,14 @@ use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use cairn_core::access::{Caller, Role};
+use cairn_core::command::{PlanCommand, PlanWrite};
 use cairn_core::error::Excerpt;
-use cairn_store::hub::Target;
+use cairn_store::hub::Topic;
 use serde::Deserialize;
 use tokio_stream::StreamExt;
 
 use crate::auth::{AuthMode, token_sha256};
 use crate::services::State;
-use crate::services::plan::PlanApi;
 use crate::site::Site;
 use crate::watch::{self, Item, Start};
 
@@ -458,13 +458,13 @@ async fn style() -> impl IntoResponse {
 /// token is revoked.
 async fn events(AxumState(web): AxumState<Web>, Extension(signed): Extension<Signed>) -> Response {
     let target = match &signed.caller {
-        Caller::Open => Target::All,
-        Caller::Principal(p) if p.reads_everything() => Target::All,
+        Caller::Open => Topic::All,
+        Caller::Principal(p) if p.reads_everything() => Topic::All,
         Caller::Principal(p)
             if !p.session_roots.is_empty()
                 && (p.has(Role::Viewer) || p.has(Role::Approver) || p.has(Role::Orchestrator)) =>
         {
-            Target::Trees(p.session_roots.iter().cloned().collect())
+            Topic::Trees(p.session_roots.iter().cloned().collect())
         }
         Caller::Principal(_) => {
             return refused(
@@ -549,13 +549,7 @@ async fn approve(
         d.approver
     };
     let bytes = id.len() + approver.len();
-    match PlanApi::new(web.state)
-        .approve(&signed.caller, id, approver, None, bytes)
-        .await
-    {
-        Ok((_, revision)) => Json(serde_json::json!({ "revision": revision })).into_response(),
-        Err(e) => failed(&e),
-    }
+    decide(&web, &signed, id, PlanCommand::Approve { approver }, bytes).await
 }
 
 async fn reject(
@@ -566,8 +560,28 @@ async fn reject(
 ) -> Response {
     let Json(d) = body.unwrap_or_default();
     let bytes = id.len() + d.reason.len();
-    match PlanApi::new(web.state)
-        .reject(&signed.caller, id, d.reason, None, bytes)
+    let reject = PlanCommand::Reject { reason: d.reason };
+    decide(&web, &signed, id, reject, bytes).await
+}
+
+/// Applies an approver's decision on a session's plan, as `ApprovePlan` or
+/// `RejectPlan` would.
+async fn decide(
+    web: &Web,
+    signed: &Signed,
+    session_id: String,
+    command: PlanCommand,
+    bytes: usize,
+) -> Response {
+    let write = PlanWrite {
+        session_id,
+        expected_revision: None,
+        command,
+    };
+    match web
+        .state
+        .store
+        .apply(&signed.caller, write.into(), bytes)
         .await
     {
         Ok((_, revision)) => Json(serde_json::json!({ "revision": revision })).into_response(),
