@@ -4,7 +4,7 @@
 //! Records written by a mutation carry [`PENDING_REVISION`] (the revision
 //! is etcd's, known only at commit). Reading a record turns that marker
 //! into the key's `mod_revision`, which is exactly the commit's revision:
-//! a record is stored only by the transaction that stamps it. The views
+//! a record is stored only by the transaction that stamps it. The transactions
 //! and the log follower both read through here.
 
 use cairn_core::error::{Error, Result};

@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use cairn_core::error::{Error, Result};
-use cairn_store::health::{Condition, Health, guard};
+use cairn_store::health::{Health, Readiness, guard};
 use cairn_store::hub::Hub;
 use cairn_store::seam::{BoxFuture, ReadJob, WriteJob};
 use cairn_store::{Backend, Ctx, Store};
@@ -26,8 +26,8 @@ use crate::client::Client;
 use crate::keys::Keys;
 use crate::pb::etcdserverpb::RangeRequest;
 use crate::shared::{EtcdOptions, Inner, OwnRuntime};
-use crate::view::View;
-use cairn_store::ReadView;
+use crate::txn::Txn;
+use cairn_store::ReadTxn;
 
 /// The etcd engine.
 pub struct Etcd {
@@ -123,9 +123,9 @@ fn run_write(inner: &Inner, mut job: WriteJob) {
     let mut attempt = 0;
     loop {
         attempt += 1;
-        let mut view = View::writer(inner.client.clone(), inner.keys.clone(), inner.rt.clone());
+        let mut txn = Txn::writer(inner.client.clone(), inner.keys.clone(), inner.rt.clone());
         let mut staged = Vec::new();
-        let snapshot = match view.revision() {
+        let snapshot = match txn.revision() {
             Ok(s) => s,
             Err(e) => {
                 let (finish, _) = job(None);
@@ -134,19 +134,19 @@ fn run_write(inner: &Inner, mut job: WriteJob) {
             }
         };
         let (finish, poisoned) = {
-            let mut ctx = Ctx::pending(&mut view, now, snapshot, &mut staged);
+            let mut ctx = Ctx::pending(&mut txn, now, snapshot, &mut staged);
             job(Some(&mut ctx))
         };
         if let Some(e) = poisoned {
             finish(&Err(e), 1);
             return;
         }
-        if !view.has_changes() {
+        if !txn.has_changes() {
             // Refused before writing, or nothing to change: answered as is.
             finish(&Ok(()), 1);
             return;
         }
-        let committed = view
+        let committed = txn
             .transaction(inner.opts.max_txn_ops)
             .and_then(|txn| inner.rt.block_on(inner.client.txn(txn)));
         let resp = match committed {
@@ -179,13 +179,13 @@ fn run_write(inner: &Inner, mut job: WriteJob) {
             .header
             .as_ref()
             .map_or(0, |h| u64::try_from(h.revision).unwrap_or(0));
-        if view.logged() {
+        if txn.logged() {
             inner.observed(revision);
         }
-        let compact_to = view.compact_to();
+        let compact_to = txn.compact_to();
         // The answer: the same mutation on the same snapshot, now knowing
         // its revision (its changes are dropped; they are committed).
-        let replay = view.replay();
+        let replay = txn.replay();
         let mut staged = Vec::new();
         let (finish, _) = {
             let mut ctx = Ctx::new(replay, now, revision.saturating_sub(1), &mut staged);
@@ -220,8 +220,8 @@ impl Backend for Etcd {
         }
         let inner = Arc::clone(&self.inner);
         self.inner.rt.spawn_blocking(move || {
-            let view = View::reader(inner.client.clone(), inner.keys.clone(), inner.rt.clone());
-            job(&view);
+            let txn = Txn::reader(inner.client.clone(), inner.keys.clone(), inner.rt.clone());
+            job(&txn);
         });
         Ok(())
     }
@@ -254,7 +254,7 @@ impl Backend for Etcd {
         self.inner.revision.load(Ordering::Acquire)
     }
 
-    fn condition(&self) -> watch::Receiver<Condition> {
+    fn condition(&self) -> watch::Receiver<Readiness> {
         self.inner.health.subscribe()
     }
 

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cairn_core::error::{Error, Result};
-use cairn_store::health::Condition;
+use cairn_store::health::Readiness;
 use cairn_store::records::Revision;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -221,7 +221,7 @@ pub async fn follow(inner: Arc<Inner>, mut next: i64) {
                     return;
                 }
                 tracing::warn!(error = %e, next, "etcd log watch broken; reconnecting");
-                inner.health.set(Condition::Recovering);
+                inner.health.set(Readiness::Recovering);
                 tokio::time::sleep(pause).await;
                 pause = (pause * 2).min(Duration::from_secs(2));
             }
@@ -292,7 +292,7 @@ async fn follow_once(inner: &Inner, next: &mut i64) -> Result<Flow> {
             )));
         }
         if msg.created {
-            inner.health.set(Condition::Serving);
+            inner.health.set(Readiness::Serving);
         }
         let mut revisions = Vec::with_capacity(msg.events.len());
         for ev in msg.events {

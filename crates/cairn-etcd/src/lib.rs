@@ -15,7 +15,7 @@
 //! ```
 //!
 //! - [`keys`]: where each record lives under the deployment's prefix;
-//! - [`view`]: the read and write views the mutations run on;
+//! - [`txn`]: the read and write transactions the mutations run on;
 //! - [`follow`]: the log watch feeding the hub, and catch-up reads;
 //! - [`client`]: the etcd calls, their deadlines and error mapping;
 //! - [`engine`]: the [`cairn_store::Backend`] over all of it.
@@ -29,7 +29,7 @@ pub mod engine;
 pub mod follow;
 pub mod keys;
 pub mod shared;
-pub mod view;
+pub mod txn;
 
 /// The etcd v3 API, generated from `proto/vendor/etcd` (client only).
 #[allow(

@@ -54,8 +54,8 @@ impl EtcdOptions {
 }
 
 /// The engine's own runtime: etcd's connections, the log watch and the
-/// blocking threads the views wait on live here, whatever runtime (and
-/// flavour) the caller runs on — a view's `block_on` needs a runtime whose
+/// blocking threads the transactions wait on live here, whatever runtime (and
+/// flavour) the caller runs on — a transaction's `block_on` needs a runtime whose
 /// timers and sockets other threads drive.
 pub(crate) struct OwnRuntime(pub(crate) Option<tokio::runtime::Runtime>);
 

@@ -33,10 +33,10 @@ use cairn_core::error::{Error, Result};
 use redb::{Database, ReadableDatabase};
 use tokio::sync::{mpsc, watch};
 
-use cairn_store::health::{Condition, Health, guard};
+use cairn_store::health::{Health, Readiness, guard};
 use cairn_store::hub::Hub;
-use cairn_store::seam::{Backend, BoxFuture, ReadJob, ReadView, WriteJob};
-use tables::RedbView;
+use cairn_store::seam::{Backend, BoxFuture, ReadJob, ReadTxn, WriteJob};
+use tables::RedbTxn;
 
 pub use cairn_store::Store;
 
@@ -160,7 +160,7 @@ impl Embedded {
             let txn = db
                 .begin_read()
                 .map_err(|e| Error::from(tables::Db::from(e)))?;
-            RedbView(&txn).revision()
+            RedbTxn(&txn).revision()
         })
         .map_err(|e| health.observe(e))?;
         let slot = Arc::new(DbSlot::default());
@@ -237,7 +237,7 @@ impl Backend for Embedded {
         self.revision.load(Ordering::Acquire)
     }
 
-    fn condition(&self) -> watch::Receiver<Condition> {
+    fn condition(&self) -> watch::Receiver<Readiness> {
         self.health.subscribe()
     }
 
@@ -319,7 +319,7 @@ fn private(path: &std::path::Path, created: bool, mode: u32) {
 #[cfg(test)]
 mod store_tests {
     use super::*;
-    use cairn_store::Condition;
+    use cairn_store::Readiness;
 
     #[tokio::test]
     async fn panics_fail_one_request_and_never_a_worker() {
@@ -338,7 +338,7 @@ mod store_tests {
         let rev = store.write(0, |ctx| ctx.commit(Vec::new())).await.unwrap();
         assert_eq!(rev, 1);
         // A bug is not corruption: health stays as it was.
-        assert_eq!(*store.condition().borrow(), Condition::Serving);
+        assert_eq!(*store.condition().borrow(), Readiness::Serving);
         store.close().await;
     }
 }

@@ -6,11 +6,11 @@ use cairn_core::Micros;
 use cairn_core::error::{Error, Result};
 use redb::ReadableDatabase;
 
-use crate::tables::{Db, RedbView};
+use crate::tables::{Db, RedbTxn};
 use crate::{DbSlot, QueuedRead};
 use cairn_store::health::guard;
 use cairn_store::records::{self, Revision};
-use cairn_store::seam::ReadView;
+use cairn_store::seam::ReadTxn;
 
 /// Most reads one reader thread serves from one read transaction.
 const READ_BATCH: usize = 64;
@@ -41,7 +41,7 @@ pub(super) fn run(slot: &DbSlot, rx: &crossbeam_channel::Receiver<QueuedRead>) {
         // fails this batch's reads and the thread carries on.
         match guard(|| db.begin_read().map_err(|e| Error::from(Db::from(e)))) {
             Ok(txn) => {
-                let view = RedbView(&txn);
+                let view = RedbTxn(&txn);
                 for job in jobs.drain(..) {
                     job(&view);
                 }
@@ -64,7 +64,7 @@ struct FailedView(Error);
 
 macro_rules! failed_view {
     ($($name:ident($($arg:ty),*) -> $ret:ty;)*) => {
-        impl ReadView for FailedView {
+        impl ReadTxn for FailedView {
             $(fn $name(&self, $(_: $arg),*) -> Result<$ret> { Err(self.0.clone()) })*
         }
     };

@@ -1,4 +1,4 @@
-//! The redb tables and the [`ReadView`] / [`WriteView`] of a redb
+//! The redb tables and the [`ReadTxn`] / [`WriteTxn`] of a redb
 //! transaction.
 //!
 //! redb's errors become Cairn's through [`Db`], a local error type: the
@@ -21,7 +21,7 @@ use redb::{
 use cairn_store::cache::{HotPlan, PlanCache};
 use cairn_store::codec::{decode, encode, encode_revision, revision_time};
 use cairn_store::records::{PlanRecord, PrincipalRecord, Revision, SessionPage, TodoRecord};
-use cairn_store::seam::{ReadView, WriteView};
+use cairn_store::seam::{ReadTxn, WriteTxn};
 
 const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 const SESSIONS: TableDefinition<&str, &[u8]> = TableDefinition::new("sessions");
@@ -331,15 +331,15 @@ mod read {
     }
 }
 
-/// A read transaction seen through [`ReadView`].
-pub struct RedbView<'a>(pub &'a ReadTransaction);
+/// A read transaction seen through [`ReadTxn`].
+pub struct RedbTxn<'a>(pub &'a ReadTransaction);
 
 /// Runs redb calls, turning their errors into Cairn's.
 fn db<T>(f: impl FnOnce() -> std::result::Result<T, Db>) -> Result<T> {
     f().map_err(Error::from)
 }
 
-impl ReadView for RedbView<'_> {
+impl ReadTxn for RedbTxn<'_> {
     fn revision(&self) -> Result<u64> {
         db(|| read::meta(&self.0.open_table(META)?, REVISION_KEY))
     }
@@ -445,7 +445,7 @@ impl<'txn, K: redb::Key + 'static, V: redb::Value + 'static> Held<'txn, K, V> {
     }
 }
 
-/// A write transaction seen through [`WriteView`], its tables held open
+/// A write transaction seen through [`WriteTxn`], its tables held open
 /// until [`RedbWrite::finish`].
 pub struct RedbWrite<'txn> {
     txn: &'txn WriteTransaction,
@@ -472,7 +472,7 @@ pub struct RedbWrite<'txn> {
 }
 
 impl<'txn> RedbWrite<'txn> {
-    /// A view of `txn`; with `hot`, plans the batch has not touched are
+    /// A transaction of `txn`; with `hot`, plans the batch has not touched are
     /// read from memory.
     pub fn new(txn: &'txn WriteTransaction, hot: Option<&'txn PlanCache>) -> Self {
         RedbWrite {
@@ -506,7 +506,7 @@ impl<'txn> RedbWrite<'txn> {
     }
 }
 
-impl ReadView for RedbWrite<'_> {
+impl ReadTxn for RedbWrite<'_> {
     fn revision(&self) -> Result<u64> {
         match self.appended {
             Some(rev) => Ok(rev),
@@ -587,7 +587,7 @@ impl ReadView for RedbWrite<'_> {
     }
 }
 
-impl WriteView for RedbWrite<'_> {
+impl WriteTxn for RedbWrite<'_> {
     fn put_session(&mut self, s: &Session) -> Result<()> {
         self.touched.insert(s.session_id.clone());
         let bytes = encode(s)?;
@@ -764,7 +764,7 @@ fn copy_table<K: redb::Key + 'static, V: redb::Value + 'static>(
 /// a new database file at `dest` (which must not exist), durably. Returns
 /// the revision the copy holds.
 pub fn backup(from: &ReadTransaction, dest: &std::path::Path) -> Result<u64> {
-    let revision = RedbView(from).revision()?;
+    let revision = RedbTxn(from).revision()?;
     let out = Database::builder()
         .create(dest)
         .map_err(|e| Error::Storage(format!("create {}: {e}", dest.display())))?;

@@ -16,7 +16,7 @@ use tokio::sync::mpsc;
 use crate::tables::{self, Db, RedbWrite};
 use crate::{DbSlot, Job};
 use cairn_store::clock::now_micros;
-use cairn_store::health::{Condition, Health, guard, needs_reopen};
+use cairn_store::health::{Health, Readiness, guard, needs_reopen};
 use cairn_store::hub::Hub;
 use cairn_store::seam::Ctx;
 use cairn_store::seam::WriteJob;
@@ -183,7 +183,7 @@ impl Writer {
     /// until a write can succeed again, then reopens the database. Returns
     /// false when the server shut down meanwhile.
     fn recover(&mut self, rx: &mut mpsc::Receiver<Job>, cause: &Error) -> bool {
-        self.health.set(Condition::Recovering);
+        self.health.set(Readiness::Recovering);
         let mut error = self.health.observe(cause.clone());
         let mut backoff = Duration::from_millis(100);
         let mut next_try = std::time::Instant::now();
@@ -201,7 +201,7 @@ impl Writer {
             if std::time::Instant::now() >= next_try {
                 match self.reopen() {
                     Ok(()) => {
-                        self.health.set(Condition::Serving);
+                        self.health.set(Readiness::Serving);
                         return true;
                     }
                     Err(e) => {

@@ -22,7 +22,7 @@ use tonic_types::{ErrorDetails, StatusExt};
 
 use cairn_api as pb;
 use cairn_store::compactor::{self, Retention};
-use cairn_store::{Condition, Store};
+use cairn_store::{Readiness, Store};
 
 use crate::auth::{Auth, AuthMode};
 use crate::conn::{self, ConnLimits};
@@ -305,8 +305,8 @@ pub async fn serve_store(
         loop {
             let now = *condition.borrow_and_update();
             let status = match now {
-                Condition::Serving | Condition::Degraded => tonic_health::ServingStatus::Serving,
-                Condition::Recovering | Condition::Corrupt => {
+                Readiness::Serving | Readiness::Degraded => tonic_health::ServingStatus::Serving,
+                Readiness::Recovering | Readiness::Corrupt => {
                     tonic_health::ServingStatus::NotServing
                 }
             };
@@ -316,7 +316,7 @@ pub async fn serve_store(
             // Serving, but one more failure from not: what an operator
             // alerts on without a load balancer draining the replica.
             let redundancy = match now {
-                Condition::Serving => tonic_health::ServingStatus::Serving,
+                Readiness::Serving => tonic_health::ServingStatus::Serving,
                 _ => tonic_health::ServingStatus::NotServing,
             };
             health

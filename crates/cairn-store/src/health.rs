@@ -5,7 +5,7 @@
 //! take a worker away. Every read and write runs under [`guard`]: a panic is
 //! caught and turned into an error for that one caller, and every storage
 //! error passes through [`Health::observe`], which names the database file
-//! and moves the store's [`Condition`], which health checks report.
+//! and moves the store's [`Readiness`], which health checks report.
 
 use std::any::Any;
 use std::cell::RefCell;
@@ -18,7 +18,7 @@ use cairn_core::error::{Error, Result};
 
 /// What health checks should say about the store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Condition {
+pub enum Readiness {
     /// Reads and writes work.
     Serving,
     /// Reads and writes work, with less redundancy than configured (an
@@ -36,7 +36,7 @@ pub enum Condition {
 /// The store's condition, shared by its workers.
 #[derive(Debug)]
 pub struct Health {
-    condition: watch::Sender<Condition>,
+    condition: watch::Sender<Readiness>,
     file: String,
     /// Redundancy is reduced: `Serving` is reported as `Degraded`.
     degraded: std::sync::atomic::AtomicBool,
@@ -46,19 +46,19 @@ impl Health {
     /// A healthy store on `file`.
     pub fn new(file: String) -> Self {
         Health {
-            condition: watch::Sender::new(Condition::Serving),
+            condition: watch::Sender::new(Readiness::Serving),
             file,
             degraded: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
     /// Follows the condition.
-    pub fn subscribe(&self) -> watch::Receiver<Condition> {
+    pub fn subscribe(&self) -> watch::Receiver<Readiness> {
         self.condition.subscribe()
     }
 
     /// The condition now.
-    pub fn condition(&self) -> Condition {
+    pub fn condition(&self) -> Readiness {
         *self.condition.borrow()
     }
 
@@ -68,35 +68,35 @@ impl Health {
         self.degraded
             .store(degraded, std::sync::atomic::Ordering::Relaxed);
         let now = self.condition();
-        if matches!(now, Condition::Serving | Condition::Degraded) {
-            self.set(Condition::Serving);
+        if matches!(now, Readiness::Serving | Readiness::Degraded) {
+            self.set(Readiness::Serving);
         }
     }
 
     /// Moves to `to`, except that nothing leaves `Corrupt`.
-    pub fn set(&self, to: Condition) {
-        let to = if to == Condition::Serving
+    pub fn set(&self, to: Readiness) {
+        let to = if to == Readiness::Serving
             && self.degraded.load(std::sync::atomic::Ordering::Relaxed)
         {
-            Condition::Degraded
+            Readiness::Degraded
         } else {
             to
         };
         self.condition.send_if_modified(|c| {
-            if *c == to || *c == Condition::Corrupt {
+            if *c == to || *c == Readiness::Corrupt {
                 return false;
             }
             match to {
-                Condition::Corrupt => {
+                Readiness::Corrupt => {
                     tracing::error!(file = %self.file, "the database file is corrupt: health is NOT_SERVING until it is restored or repaired");
                 }
-                Condition::Recovering => {
+                Readiness::Recovering => {
                     tracing::error!(file = %self.file, "writes are failing: health is NOT_SERVING until the database can be reopened");
                 }
-                Condition::Serving => {
+                Readiness::Serving => {
                     tracing::info!(file = %self.file, "the store serves with full redundancy: health is SERVING");
                 }
-                Condition::Degraded => {
+                Readiness::Degraded => {
                     tracing::warn!(file = %self.file, "the store serves with reduced redundancy: health is SERVING, cairn.store.redundancy is NOT_SERVING");
                 }
             }
@@ -110,7 +110,7 @@ impl Health {
     pub fn observe(&self, e: Error) -> Error {
         match e {
             Error::DataLoss { detail, .. } => {
-                self.set(Condition::Corrupt);
+                self.set(Readiness::Corrupt);
                 Error::DataLoss {
                     file: self.file.clone(),
                     detail,
@@ -232,8 +232,8 @@ mod tests {
             e.to_string(),
             "the database file /data/cairn.redb is corrupt: bad page"
         );
-        assert_eq!(health.condition(), Condition::Corrupt);
-        health.set(Condition::Serving);
-        assert_eq!(health.condition(), Condition::Corrupt);
+        assert_eq!(health.condition(), Readiness::Corrupt);
+        health.set(Readiness::Serving);
+        assert_eq!(health.condition(), Readiness::Corrupt);
     }
 }

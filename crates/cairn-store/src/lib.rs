@@ -10,8 +10,8 @@
 //!  server ──read(f)───▶ Store ──▶ Backend (redb: reader threads, one snapshot per batch)
 //! ```
 //!
-//! - [`seam`]: what mutations need from a database ([`ReadView`],
-//!   [`WriteView`]) and what the store needs from an engine ([`Backend`]);
+//! - [`seam`]: what mutations need from a database ([`ReadTxn`],
+//!   [`WriteTxn`]) and what the store needs from an engine ([`Backend`]);
 //! - [`ops`]: [`ops::apply`], the one write path: a `cairn-core` command
 //!   applied inside a transaction, access checked once;
 //! - [`reads`]: the reads callers make, each through the access rules and
@@ -44,7 +44,7 @@ pub mod store;
 pub mod telemetry;
 
 pub use clock::now_micros;
-pub use health::Condition;
+pub use health::Readiness;
 pub use ops::Applied;
-pub use seam::{Backend, Ctx, PENDING_REVISION, ReadView, WriteView};
+pub use seam::{Backend, Ctx, PENDING_REVISION, ReadTxn, WriteTxn};
 pub use store::Store;

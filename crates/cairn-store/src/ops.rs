@@ -1,4 +1,4 @@
-//! Writes, written against [`ReadView`] / [`WriteView`]: [`apply`] is the
+//! Writes, written against [`ReadTxn`] / [`WriteTxn`]: [`apply`] is the
 //! one way a [`Command`] changes the store.
 //!
 //! Each write loads what it needs, checks access once, checks
@@ -19,17 +19,17 @@ use cairn_core::todo::{self, TodoInput};
 use cairn_core::{Limits, SessionPlan, check_expected_revision};
 
 use crate::records::{Event, EventKind, PlanRecord, PrincipalRecord, SessionPage, TodoRecord};
-use crate::seam::{Ctx, ReadView};
+use crate::seam::{Ctx, ReadTxn};
 
 /// Loads a session or fails with NOT_FOUND.
-pub fn require_session(view: &dyn ReadView, id: &str) -> Result<Session> {
+pub fn require_session(view: &dyn ReadTxn, id: &str) -> Result<Session> {
     view.session(id)?
         .ok_or_else(|| Error::SessionNotFound(id.to_owned()))
 }
 
 /// A session as rights see it, with its ancestry read from the store.
 pub fn facts<'a>(
-    view: &dyn ReadView,
+    view: &dyn ReadTxn,
     s: &'a Session,
     chain: &'a mut Vec<String>,
 ) -> Result<SessionFacts<'a>> {
@@ -42,12 +42,7 @@ pub fn facts<'a>(
 }
 
 /// Loads a session and checks that `caller` may do `action` to it.
-pub fn authorize(
-    view: &dyn ReadView,
-    caller: &Caller,
-    action: Action,
-    id: &str,
-) -> Result<Session> {
+pub fn authorize(view: &dyn ReadTxn, caller: &Caller, action: Action, id: &str) -> Result<Session> {
     let s = require_session(view, id)?;
     if !matches!(caller, Caller::Open) {
         let mut chain = Vec::new();
@@ -57,7 +52,7 @@ pub fn authorize(
 }
 
 /// A plan without requiring the session (an unknown one reads as empty).
-pub fn plan_or_default(view: &dyn ReadView, session_id: &str) -> Result<PlanRecord> {
+pub fn plan_or_default(view: &dyn ReadTxn, session_id: &str) -> Result<PlanRecord> {
     Ok(view.plan(session_id)?.unwrap_or_else(|| PlanRecord {
         session_id: session_id.to_owned(),
         ..PlanRecord::default()
@@ -65,7 +60,7 @@ pub fn plan_or_default(view: &dyn ReadView, session_id: &str) -> Result<PlanReco
 }
 
 /// An agent's todo list; empty if never written.
-pub fn get_todos(view: &dyn ReadView, agent_id: &str) -> Result<TodoRecord> {
+pub fn get_todos(view: &dyn ReadTxn, agent_id: &str) -> Result<TodoRecord> {
     Ok(view.todos(agent_id)?.unwrap_or_else(|| TodoRecord {
         agent_id: agent_id.to_owned(),
         ..TodoRecord::default()
@@ -75,7 +70,7 @@ pub fn get_todos(view: &dyn ReadView, agent_id: &str) -> Result<TodoRecord> {
 /// The ancestors of a session whose parent is `parent`: root first, parent
 /// last. Stops at a missing session, and at a loop should the data ever hold
 /// one, rather than spinning.
-pub fn ancestors(view: &dyn ReadView, parent: Option<&str>) -> Result<Vec<String>> {
+pub fn ancestors(view: &dyn ReadTxn, parent: Option<&str>) -> Result<Vec<String>> {
     let mut chain = Vec::new();
     let mut cursor = parent.map(str::to_owned);
     while let Some(id) = cursor {
@@ -102,7 +97,7 @@ fn check_depth(limits: &Limits, depth: usize) -> Result<()> {
 
 /// How many levels of descendants a session has (0 for a leaf), counting
 /// no further than `cap` + 1.
-fn levels_below(view: &dyn ReadView, id: &str, cap: usize) -> Result<usize> {
+fn levels_below(view: &dyn ReadTxn, id: &str, cap: usize) -> Result<usize> {
     let mut levels = 0;
     let mut frontier = vec![id.to_owned()];
     while levels <= cap {
@@ -120,7 +115,7 @@ fn levels_below(view: &dyn ReadView, id: &str, cap: usize) -> Result<usize> {
 }
 
 /// A session and all its descendants, pre-order (the session first).
-pub fn subtree(view: &dyn ReadView, root: &str) -> Result<Vec<String>> {
+pub fn subtree(view: &dyn ReadTxn, root: &str) -> Result<Vec<String>> {
     let mut out = Vec::new();
     let mut stack = vec![root.to_owned()];
     while let Some(id) = stack.pop() {
@@ -135,7 +130,7 @@ pub fn subtree(view: &dyn ReadView, root: &str) -> Result<Vec<String>> {
 /// One page of sessions, optionally only one parent's children or one
 /// agent's sessions.
 pub fn list_sessions(
-    view: &dyn ReadView,
+    view: &dyn ReadTxn,
     after: Option<&str>,
     limit: usize,
     parent: Option<&str>,
@@ -202,7 +197,7 @@ fn create_session(
     session::validate(&s, limits)?;
     let parent = match &s.parent_session_id {
         Some(id) => {
-            let Some(parent) = ctx.view.session(id)? else {
+            let Some(parent) = ctx.txn.session(id)? else {
                 // A caller that could not create under this parent if it
                 // existed gets the same refusal as for a foreign one: the
                 // answer must not tell whether another tenant's session
@@ -221,24 +216,24 @@ fn create_session(
     };
     let mut parent_chain = Vec::new();
     let parent_facts = match &parent {
-        Some(p) => Some(facts(ctx.view, p, &mut parent_chain)?),
+        Some(p) => Some(facts(ctx.txn, p, &mut parent_chain)?),
         None => None,
     };
     access::check_create(caller, &s.session_id, &s.agent_id, parent_facts.as_ref())?;
-    if ctx.view.session(&s.session_id)?.is_some() {
+    if ctx.txn.session(&s.session_id)?.is_some() {
         return Err(Error::SessionExists(s.session_id));
     }
-    let chain = ancestors(ctx.view, s.parent_session_id.as_deref())?;
+    let chain = ancestors(ctx.txn, s.parent_session_id.as_deref())?;
     check_depth(limits, chain.len() + 1)?;
     s.create_time = ctx.now;
     s.update_time = ctx.now;
     s.revision = ctx.next_revision();
-    ctx.view.put_session(&s)?;
+    ctx.txn.put_session(&s)?;
     if let Some(parent) = &s.parent_session_id {
-        ctx.view.put_child(parent, &s.session_id)?;
+        ctx.txn.put_child(parent, &s.session_id)?;
     }
     if !s.agent_id.is_empty() {
-        ctx.view.put_agent_session(&s.agent_id, &s.session_id)?;
+        ctx.txn.put_agent_session(&s.agent_id, &s.session_id)?;
     }
     let rev = ctx.commit(vec![Event::session(EventKind::SessionCreated, &s, chain)])?;
     Ok((s, rev))
@@ -253,7 +248,7 @@ fn update_session(
     caller: &Caller,
 ) -> Result<(Session, u64)> {
     limits.check_resource_id("session_id", id)?;
-    let old = authorize(ctx.view, caller, Action::Manage, id)?;
+    let old = authorize(ctx.txn, caller, Action::Manage, id)?;
     check_expected_revision(patch.expected_revision, old.revision)?;
     let mut s = old.clone();
     if let Some(t) = patch.title {
@@ -281,7 +276,7 @@ fn update_session(
                     parent: parent.clone(),
                 });
             }
-            cursor = match ctx.view.session(&c)? {
+            cursor = match ctx.txn.session(&c)? {
                 Some(p) => p.parent_session_id,
                 None if c == *parent => return Err(Error::ParentNotFound(parent.clone())),
                 None => None,
@@ -290,22 +285,22 @@ fn update_session(
     }
     if s.parent_session_id != old.parent_session_id && !matches!(caller, Caller::Open) {
         let mut chain = Vec::new();
-        let here = facts(ctx.view, &old, &mut chain)?;
+        let here = facts(ctx.txn, &old, &mut chain)?;
         let new_parent = match &s.parent_session_id {
-            Some(p) => ctx.view.session(p)?,
+            Some(p) => ctx.txn.session(p)?,
             None => None,
         };
         let mut parent_chain = Vec::new();
         let landing = match &new_parent {
-            Some(p) => Some(facts(ctx.view, p, &mut parent_chain)?),
+            Some(p) => Some(facts(ctx.txn, p, &mut parent_chain)?),
             None => None,
         };
         access::check_move(caller, &here, landing.as_ref())?;
     }
     if s.parent_session_id != old.parent_session_id {
         // The moved session's new depth, plus the levels below it.
-        let depth = ancestors(ctx.view, s.parent_session_id.as_deref())?.len() + 1;
-        let below = levels_below(ctx.view, id, limits.max_tree_depth)?;
+        let depth = ancestors(ctx.txn, s.parent_session_id.as_deref())?.len() + 1;
+        let below = levels_below(ctx.txn, id, limits.max_tree_depth)?;
         check_depth(limits, depth + below)?;
     }
     if s == old {
@@ -313,11 +308,11 @@ fn update_session(
     }
     s.update_time = ctx.now;
     s.revision = ctx.next_revision();
-    let previous = ancestors(ctx.view, old.parent_session_id.as_deref())?;
+    let previous = ancestors(ctx.txn, old.parent_session_id.as_deref())?;
     let mut event = Event::session(
         EventKind::SessionUpdated,
         &s,
-        ancestors(ctx.view, s.parent_session_id.as_deref())?,
+        ancestors(ctx.txn, s.parent_session_id.as_deref())?,
     );
     if s.parent_session_id != old.parent_session_id {
         event.previous_parent_session_id = old.parent_session_id.clone().unwrap_or_default();
@@ -327,21 +322,21 @@ fn update_session(
     if s.agent_id != old.agent_id {
         event.previous_agent_id.clone_from(&old.agent_id);
         if !old.agent_id.is_empty() {
-            ctx.view.delete_agent_session(&old.agent_id, id)?;
+            ctx.txn.delete_agent_session(&old.agent_id, id)?;
         }
         if !s.agent_id.is_empty() {
-            ctx.view.put_agent_session(&s.agent_id, id)?;
+            ctx.txn.put_agent_session(&s.agent_id, id)?;
         }
     }
     if s.parent_session_id != old.parent_session_id {
         if let Some(p) = &old.parent_session_id {
-            ctx.view.delete_child(p, id)?;
+            ctx.txn.delete_child(p, id)?;
         }
         if let Some(p) = &s.parent_session_id {
-            ctx.view.put_child(p, id)?;
+            ctx.txn.put_child(p, id)?;
         }
     }
-    ctx.view.put_session(&s)?;
+    ctx.txn.put_session(&s)?;
     let rev = ctx.commit(vec![event])?;
     Ok((s, rev))
 }
@@ -358,22 +353,22 @@ fn delete_session(
 ) -> Result<(Vec<String>, u64)> {
     limits.check_resource_id("session_id", id)?;
     // The subtree lies in the caller's scope when its root does.
-    let root = authorize(ctx.view, caller, Action::Manage, id)?;
+    let root = authorize(ctx.txn, caller, Action::Manage, id)?;
     check_expected_revision(expected, root.revision)?;
-    let kids = ctx.view.children(id)?;
+    let kids = ctx.txn.children(id)?;
     if !kids.is_empty() && !cascade {
         return Err(Error::SessionHasChildren {
             session: id.to_owned(),
             children: kids.len(),
         });
     }
-    let ids = subtree(ctx.view, id)?;
+    let ids = subtree(ctx.txn, id)?;
     // Ancestry is read before anything is deleted; pre-order means a
     // parent's chain is known before its children's.
     let mut chains: HashMap<String, Vec<String>> = HashMap::new();
     let mut doomed = Vec::with_capacity(ids.len());
     for sid in &ids {
-        let Some(s) = ctx.view.session(sid)? else {
+        let Some(s) = ctx.txn.session(sid)? else {
             continue;
         };
         let chain = match s
@@ -386,7 +381,7 @@ fn delete_session(
                 c.push(p.to_owned());
                 c
             }
-            None => ancestors(ctx.view, s.parent_session_id.as_deref())?,
+            None => ancestors(ctx.txn, s.parent_session_id.as_deref())?,
         };
         chains.insert(sid.clone(), chain.clone());
         doomed.push((s, chain));
@@ -394,14 +389,14 @@ fn delete_session(
     let mut events = Vec::with_capacity(doomed.len());
     for (s, chain) in doomed {
         let sid = s.session_id.as_str();
-        ctx.view.delete_session(sid)?;
-        ctx.view.delete_plan(sid)?;
-        ctx.view.delete_history(sid)?;
+        ctx.txn.delete_session(sid)?;
+        ctx.txn.delete_plan(sid)?;
+        ctx.txn.delete_history(sid)?;
         if let Some(p) = &s.parent_session_id {
-            ctx.view.delete_child(p, sid)?;
+            ctx.txn.delete_child(p, sid)?;
         }
         if !s.agent_id.is_empty() {
-            ctx.view.delete_agent_session(&s.agent_id, sid)?;
+            ctx.txn.delete_agent_session(&s.agent_id, sid)?;
         }
         events.push(Event::session(EventKind::SessionDeleted, &s, chain));
     }
@@ -576,7 +571,7 @@ struct Loaded {
 /// Loads a session's facts and plan: from memory when the engine has
 /// them (no reads, no decoding), else from the transaction.
 fn load(ctx: &Ctx<'_>, session_id: &str) -> Result<Option<Loaded>> {
-    if let Some(hot) = ctx.view.hot_plan(session_id)? {
+    if let Some(hot) = ctx.txn.hot_plan(session_id)? {
         // What events and rights need of the session: its agent and place.
         return Ok(Some(Loaded {
             session: Session {
@@ -589,12 +584,12 @@ fn load(ctx: &Ctx<'_>, session_id: &str) -> Result<Option<Loaded>> {
             record: hot.record.clone(),
         }));
     }
-    let Some(session) = ctx.view.session(session_id)? else {
+    let Some(session) = ctx.txn.session(session_id)? else {
         return Ok(None);
     };
     Ok(Some(Loaded {
-        ancestors: ancestors(ctx.view, session.parent_session_id.as_deref())?,
-        record: plan_or_default(ctx.view, session_id)?,
+        ancestors: ancestors(ctx.txn, session.parent_session_id.as_deref())?,
+        record: plan_or_default(ctx.txn, session_id)?,
         session,
     }))
 }
@@ -686,9 +681,9 @@ fn plan(
     )?;
     let mut events = Vec::with_capacity(2);
     if created {
-        ctx.view.put_session(&session)?;
+        ctx.txn.put_session(&session)?;
         if !session.agent_id.is_empty() {
-            ctx.view.put_agent_session(&session.agent_id, session_id)?;
+            ctx.txn.put_agent_session(&session.agent_id, session_id)?;
         }
         events.push(Event::session(
             EventKind::SessionCreated,
@@ -697,9 +692,9 @@ fn plan(
         ));
     }
     for (seq, entry) in (history_from..).zip(&history) {
-        ctx.view.put_history(session_id, seq, entry)?;
+        ctx.txn.put_history(session_id, seq, entry)?;
     }
-    ctx.view.put_plan(session_id, &encoded)?;
+    ctx.txn.put_plan(session_id, &encoded)?;
     events.push(Event::plan(&session, &record, chain));
     let rev = ctx.commit(events)?;
     Ok((
@@ -737,12 +732,12 @@ fn write_todos(
     limits: &Limits,
 ) -> Result<(TodoRecord, u64)> {
     limits.check_resource_id("agent_id", agent_id)?;
-    let mut record = get_todos(ctx.view, agent_id)?;
+    let mut record = get_todos(ctx.txn, agent_id)?;
     check_expected_revision(expected, record.revision)?;
     record.items = todo::write(&record.items, items, ctx.now, limits)?;
     record.revision = ctx.next_revision();
     record.update_time = ctx.now;
-    ctx.view.put_todos(&record)?;
+    ctx.txn.put_todos(&record)?;
     let rev = ctx.commit(vec![Event::todos(&record)])?;
     Ok((record, rev))
 }
@@ -750,7 +745,7 @@ fn write_todos(
 /// `CreatePrincipal`: a new principal with the hash of its token.
 fn create_principal(ctx: &mut Ctx<'_>, mut p: PrincipalRecord) -> Result<(PrincipalRecord, u64)> {
     let id = p.principal.principal_id.clone();
-    if ctx.view.principal(&id)?.is_some() {
+    if ctx.txn.principal(&id)?.is_some() {
         return Err(Error::PrincipalExists(id));
     }
     // An agent id belongs to one tenant: whoever else holds it must have
@@ -758,7 +753,7 @@ fn create_principal(ctx: &mut Ctx<'_>, mut p: PrincipalRecord) -> Result<(Princi
     if !p.principal.agent_ids.is_empty() {
         let mut after: Option<String> = None;
         loop {
-            let page = ctx.view.principals_after(after.as_deref(), 256)?;
+            let page = ctx.txn.principals_after(after.as_deref(), 256)?;
             for other in &page {
                 let theirs = &other.principal;
                 if theirs.session_roots == p.principal.session_roots {
@@ -781,7 +776,7 @@ fn create_principal(ctx: &mut Ctx<'_>, mut p: PrincipalRecord) -> Result<(Princi
     }
     p.create_time = ctx.now;
     p.revision = ctx.next_revision();
-    ctx.view.put_principal(&p)?;
+    ctx.txn.put_principal(&p)?;
     let rev = ctx.commit(vec![Event::principal(&id)])?;
     Ok((p, rev))
 }
@@ -789,23 +784,23 @@ fn create_principal(ctx: &mut Ctx<'_>, mut p: PrincipalRecord) -> Result<(Princi
 /// `DeletePrincipal`: the principal and its token go; its open watches end.
 fn delete_principal(ctx: &mut Ctx<'_>, id: &str, expected: Option<u64>) -> Result<u64> {
     let p = ctx
-        .view
+        .txn
         .principal(id)?
         .ok_or_else(|| Error::PrincipalNotFound(id.to_owned()))?;
     check_expected_revision(expected, p.revision)?;
-    ctx.view.delete_principal(&p)?;
+    ctx.txn.delete_principal(&p)?;
     ctx.commit(vec![Event::principal(id)])
 }
 
 /// `RotateToken`: the old token stops working in the same commit.
 fn rotate_token(ctx: &mut Ctx<'_>, id: &str, token_sha256: &str) -> Result<(PrincipalRecord, u64)> {
     let mut p = ctx
-        .view
+        .txn
         .principal(id)?
         .ok_or_else(|| Error::PrincipalNotFound(id.to_owned()))?;
     token_sha256.clone_into(&mut p.token_sha256);
     p.revision = ctx.next_revision();
-    ctx.view.put_principal(&p)?;
+    ctx.txn.put_principal(&p)?;
     let rev = ctx.commit(vec![Event::principal(id)])?;
     Ok((p, rev))
 }

@@ -1,5 +1,5 @@
 //! The storage seam: what the mutations in [`crate::ops`] need from a
-//! database ([`ReadView`], [`WriteView`]: plain reads and writes inside one
+//! database ([`ReadTxn`], [`WriteTxn`]: plain reads and writes inside one
 //! transaction), and what the store needs from an engine ([`Backend`]: run
 //! reads on a snapshot, commit writes durably, feed the hub).
 //!
@@ -19,11 +19,11 @@ use cairn_core::session::Session;
 use tokio::sync::watch;
 
 use crate::cache::HotPlan;
-use crate::health::Condition;
+use crate::health::Readiness;
 use crate::records::{Event, PlanRecord, PrincipalRecord, Revision, SessionPage, TodoRecord};
 
 /// Reads, from a snapshot or from inside a write.
-pub trait ReadView {
+pub trait ReadTxn {
     /// Last committed (or, inside a write, last assigned) revision.
     fn revision(&self) -> Result<u64>;
     /// Oldest revision still in the event log minus one.
@@ -62,7 +62,7 @@ pub trait ReadView {
     /// Principals ordered by id, strictly after `after`, at most `limit`.
     fn principals_after(&self, after: Option<&str>, limit: usize) -> Result<Vec<PrincipalRecord>>;
     /// A session's committed plan with its agent and ancestry, if the
-    /// engine holds it in memory and it is current for this view (inside
+    /// engine holds it in memory and it is current for this transaction (inside
     /// a write: untouched by the writes so far). `None` says nothing.
     fn hot_plan(&self, _session_id: &str) -> Result<Option<Arc<HotPlan>>> {
         Ok(None)
@@ -83,7 +83,7 @@ pub trait ReadView {
 pub const PENDING_REVISION: u64 = 1 << 62;
 
 /// Writes inside one transaction.
-pub trait WriteView: ReadView {
+pub trait WriteTxn: ReadTxn {
     fn put_session(&mut self, s: &Session) -> Result<()>;
     fn delete_session(&mut self, id: &str) -> Result<()>;
     fn put_child(&mut self, parent: &str, child: &str) -> Result<()>;
@@ -110,7 +110,7 @@ pub trait WriteView: ReadView {
 /// What an op sees inside its transaction.
 pub struct Ctx<'a> {
     /// The transaction.
-    pub view: &'a mut dyn WriteView,
+    pub txn: &'a mut dyn WriteTxn,
     /// Server time of this batch; every timestamp an op writes comes from it.
     pub now: Micros,
     revision: u64,
@@ -126,13 +126,13 @@ impl<'a> Ctx<'a> {
     /// An op's context in a transaction whose last revision is `revision`;
     /// committed revisions are staged for the hub.
     pub fn new(
-        view: &'a mut dyn WriteView,
+        txn: &'a mut dyn WriteTxn,
         now: Micros,
         revision: u64,
         staged: &'a mut Vec<Arc<Revision>>,
     ) -> Self {
         Ctx {
-            view,
+            txn,
             now,
             revision,
             staged,
@@ -145,14 +145,14 @@ impl<'a> Ctx<'a> {
     /// (one mutation per transaction, read at snapshot `revision`): its
     /// changes carry [`PENDING_REVISION`].
     pub fn pending(
-        view: &'a mut dyn WriteView,
+        txn: &'a mut dyn WriteTxn,
         now: Micros,
         revision: u64,
         staged: &'a mut Vec<Arc<Revision>>,
     ) -> Self {
         Ctx {
             pending: true,
-            ..Ctx::new(view, now, revision, staged)
+            ..Ctx::new(txn, now, revision, staged)
         }
     }
 
@@ -180,7 +180,7 @@ impl<'a> Ctx<'a> {
     /// Removes logged revisions up to `upto` (inclusive) and records it as
     /// the compact revision. Not a mutation: no revision, no event.
     pub fn compact_log(&mut self, upto: u64) -> Result<()> {
-        self.view.compact_log(upto)?;
+        self.txn.compact_log(upto)?;
         self.maintenance = true;
         Ok(())
     }
@@ -193,7 +193,7 @@ impl<'a> Ctx<'a> {
             time: self.now,
             events,
         });
-        self.view.append_revision(&rev)?;
+        self.txn.append_revision(&rev)?;
         self.revision = rev.revision;
         self.staged.push(rev);
         Ok(self.revision)
@@ -201,7 +201,7 @@ impl<'a> Ctx<'a> {
 }
 
 /// Answers a read with the snapshot it ran on.
-pub type ReadJob = Box<dyn FnOnce(&dyn ReadView) + Send>;
+pub type ReadJob = Box<dyn FnOnce(&dyn ReadTxn) + Send>;
 
 /// Called once a write's batch is settled: `Ok` once the commit holding it
 /// is durable, or the error that failed the batch; and how many mutations
@@ -228,7 +228,7 @@ pub trait Backend: Send + Sync + 'static {
     /// Last committed revision.
     fn revision(&self) -> u64;
     /// Whether the engine can serve, for health checks.
-    fn condition(&self) -> watch::Receiver<Condition>;
+    fn condition(&self) -> watch::Receiver<Readiness>;
     /// Where the data lives, for logs and messages.
     fn describe(&self) -> String;
     /// Writes a consistent online copy of the whole store, taken from one

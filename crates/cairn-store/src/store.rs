@@ -10,10 +10,10 @@ use cairn_core::error::{Error, Result};
 use tokio::sync::oneshot;
 use tracing::Instrument as _;
 
-use crate::health::{Condition, guard};
+use crate::health::{Readiness, guard};
 use crate::hub::Hub;
 use crate::ops::{self, Applied};
-use crate::seam::{Backend, Ctx, Finisher, ReadJob, ReadView, WriteJob};
+use crate::seam::{Backend, Ctx, Finisher, ReadJob, ReadTxn, WriteJob};
 
 /// A cheap, cloneable handle to the store: an engine and its hub.
 #[derive(Clone)]
@@ -122,7 +122,7 @@ impl Store {
     }
 
     /// Follows whether the store can serve (for health checks).
-    pub fn condition(&self) -> tokio::sync::watch::Receiver<Condition> {
+    pub fn condition(&self) -> tokio::sync::watch::Receiver<Readiness> {
         self.backend.condition()
     }
 
@@ -192,10 +192,10 @@ impl Store {
     pub async fn read<T, F>(&self, f: F) -> Result<T>
     where
         T: Send + 'static,
-        F: FnOnce(&dyn ReadView) -> Result<T> + Send + 'static,
+        F: FnOnce(&dyn ReadTxn) -> Result<T> + Send + 'static,
     {
         let (tx, rx) = oneshot::channel();
-        let job: ReadJob = Box::new(move |view: &dyn ReadView| {
+        let job: ReadJob = Box::new(move |view: &dyn ReadTxn| {
             // The caller may have gone away; nothing to undo for a read.
             let _ = tx.send(guard(|| f(view)));
         });

@@ -28,7 +28,7 @@ use cairn_core::error::{Error, Result};
 use cairn_core::session::Session;
 use cairn_store::hub::{Next, Topic};
 use cairn_store::records::{Event, EventKind};
-use cairn_store::{ReadView, Store, ops};
+use cairn_store::{ReadTxn, Store, ops};
 use tokio_stream::{Stream, StreamExt};
 
 /// Revisions read from the log per catch-up step.
@@ -128,7 +128,7 @@ pub async fn check_start(store: &Store, start: Start) -> Result<()> {
     Ok(())
 }
 
-fn ensure_retained(v: &dyn ReadView, requested: u64) -> Result<()> {
+fn ensure_retained(v: &dyn ReadTxn, requested: u64) -> Result<()> {
     let compact_revision = v.compact_revision()?;
     if requested <= compact_revision {
         return Err(Error::RevisionCompacted {
@@ -436,7 +436,7 @@ impl Snapshot {
     }
 
     /// Reads the next chunk from `v`: its items and the revision of `v`.
-    fn chunk(&mut self, v: &dyn ReadView) -> Result<(Vec<Item>, u64)> {
+    fn chunk(&mut self, v: &dyn ReadTxn) -> Result<(Vec<Item>, u64)> {
         let at = v.revision()?;
         let mut out = Chunk::default();
         while !out.full() {
@@ -539,7 +539,7 @@ impl Chunk {
     }
 
     /// A session and its plan, as snapshot events.
-    fn session(&mut self, v: &dyn ReadView, s: &Session, ancestors: Vec<String>) -> Result<()> {
+    fn session(&mut self, v: &dyn ReadTxn, s: &Session, ancestors: Vec<String>) -> Result<()> {
         let plan = v.plan(&s.session_id)?;
         self.push(Delivered::single(
             s.revision,

@@ -1,8 +1,8 @@
-//! The store's views over etcd: reads pinned to one etcd revision, and a
+//! The store's transactions over etcd: reads pinned to one etcd revision, and a
 //! write that buffers its changes and remembers what it read, so that its
 //! commit is one etcd transaction comparing every key and range it read.
 //!
-//! The views are synchronous (the mutations in `cairn-store` are plain
+//! The transactions are synchronous (the mutations in `cairn-store` are plain
 //! functions); they run on blocking threads and wait for etcd there.
 //!
 //! Records are decoded and stamped with their commit's revision by
@@ -16,7 +16,7 @@ use cairn_core::plan_mode::HistoryEntry;
 use cairn_core::session::Session;
 use cairn_store::codec;
 use cairn_store::records::{PlanRecord, PrincipalRecord, Revision, SessionPage, TodoRecord};
-use cairn_store::{PENDING_REVISION, ReadView, WriteView};
+use cairn_store::{PENDING_REVISION, ReadTxn, WriteTxn};
 use serde::de::DeserializeOwned;
 use tokio::runtime::Handle;
 
@@ -50,7 +50,7 @@ struct ReadSet {
 }
 
 /// Reads at one etcd revision; inside a write, also its buffered changes.
-pub struct View {
+pub struct Txn {
     client: Client,
     keys: Keys,
     rt: Handle,
@@ -70,10 +70,10 @@ pub struct View {
     logged: bool,
 }
 
-impl View {
-    /// A read view.
+impl Txn {
+    /// A read transaction.
     pub fn reader(client: Client, keys: Keys, rt: Handle) -> Self {
-        View {
+        Txn {
             client,
             keys,
             rt,
@@ -87,9 +87,9 @@ impl View {
         }
     }
 
-    /// A write view: it records what it reads.
+    /// A write transaction: it records what it reads.
     pub fn writer(client: Client, keys: Keys, rt: Handle) -> Self {
-        let v = View::reader(client, keys, rt);
+        let v = Txn::reader(client, keys, rt);
         *v.reads.borrow_mut() = Some(ReadSet::default());
         v
     }
@@ -129,7 +129,7 @@ impl View {
                 ..RangeRequest::default()
             }))?;
             self.pin(resp.header.as_ref().map_or(0, |h| h.revision));
-            // Its revision is all a view needs of it (revision(), the end
+            // Its revision is all a transaction needs of it (revision(), the end
             // of a log read): cached, it costs no second read.
             self.cache
                 .borrow_mut()
@@ -178,7 +178,7 @@ impl View {
         Ok(kv)
     }
 
-    /// One key as this view sees it: its own change first.
+    /// One key as this transaction sees it: its own change first.
     fn get(&self, key: &[u8]) -> Result<Option<KeyValue>> {
         if let Some(change) = self.changes.get(key) {
             // Still compared: what the write replaces must be what it read.
@@ -342,7 +342,7 @@ impl View {
     }
 
     /// Logged revisions from `from`, read from etcd's history of the log
-    /// key, through the last one at this view's snapshot.
+    /// key, through the last one at this transaction's snapshot.
     fn log_from(&self, from: u64, limit: usize, max_bytes: usize) -> Result<Vec<Revision>> {
         let Some(last) = self.fetch(&self.keys.log(), Compared::Not)? else {
             return Ok(Vec::new());
@@ -366,7 +366,7 @@ impl View {
     }
 }
 
-impl ReadView for View {
+impl ReadTxn for Txn {
     /// The last logged revision at the snapshot: Cairn's revision. etcd's
     /// own may be ahead of it (compaction records, other writers), but no
     /// Cairn event lies between the two.
@@ -526,7 +526,7 @@ impl ReadView for View {
     }
 }
 
-impl WriteView for View {
+impl WriteTxn for Txn {
     fn put_session(&mut self, s: &Session) -> Result<()> {
         let key = self.keys.session(&s.session_id);
         self.put(key, codec::encode(s)?);
