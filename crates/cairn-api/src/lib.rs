@@ -2,12 +2,16 @@
 //! repository's `build.rs` (protox, no system `protoc`).
 //!
 //! Servers and clients both use it: messages, `*_client` and `*_server`
-//! modules, and the encoded descriptor set that reflection serves. It owns
-//! no behaviour; it must never import the other Cairn crates.
+//! modules, and the encoded descriptor set that reflection serves, and
+//! [`shapes`]: the JSON every surface presents, built from these messages.
+//! It owns no behaviour; of the other Cairn crates it imports only the pure
+//! core (for its time format).
 
 #![allow(clippy::pedantic, clippy::all, missing_docs)]
 
 tonic::include_proto!("cairn.v1");
+
+pub mod shapes;
 
 /// Encoded descriptor set of `cairn.v1`, served by reflection.
 pub const FILE_DESCRIPTOR_SET: &[u8] = tonic::include_file_descriptor_set!("cairn_descriptor");

@@ -8,10 +8,12 @@
 //! - a plan's progress (done, total, the current step).
 
 use cairn_api as pb;
-use prost_types::Timestamp;
 use rmcp::schemars;
 use serde::Deserialize;
-use serde_json::{Value, json};
+
+/// The output shapes live with the API, so that the dashboard (which may
+/// not import a client) presents through them too.
+pub use cairn_api::shapes::*;
 
 /// One checklist step as agents and people write it.
 #[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
@@ -89,16 +91,6 @@ pub fn todo_items(args: Vec<TodoArg>) -> Result<Vec<pb::TodoItem>, String> {
         .collect()
 }
 
-/// The name of a checklist status.
-pub fn step_status_name(s: pb::StepStatus) -> &'static str {
-    match s {
-        pb::StepStatus::Pending => "pending",
-        pb::StepStatus::InProgress => "in_progress",
-        pb::StepStatus::Completed => "completed",
-        pb::StepStatus::Unspecified => "unspecified",
-    }
-}
-
 /// A checklist status from its name.
 pub fn parse_step_status(field: &str, name: &str) -> Result<pb::StepStatus, String> {
     match name {
@@ -106,16 +98,6 @@ pub fn parse_step_status(field: &str, name: &str) -> Result<pb::StepStatus, Stri
         "in_progress" => Ok(pb::StepStatus::InProgress),
         "completed" => Ok(pb::StepStatus::Completed),
         other => Err(unknown(field, other, "pending, in_progress or completed")),
-    }
-}
-
-/// The name of a todo status.
-pub fn todo_status_name(s: pb::TodoStatus) -> &'static str {
-    match s {
-        pb::TodoStatus::Pending => "pending",
-        pb::TodoStatus::InProgress => "in_progress",
-        pb::TodoStatus::Completed => "completed",
-        pb::TodoStatus::Unspecified => "unspecified",
     }
 }
 
@@ -129,15 +111,6 @@ pub fn parse_todo_status(field: &str, name: &str) -> Result<pb::TodoStatus, Stri
     }
 }
 
-/// The name of a priority; the server stores an unset one as medium.
-pub fn priority_name(p: pb::Priority) -> &'static str {
-    match p {
-        pb::Priority::High => "high",
-        pb::Priority::Low => "low",
-        pb::Priority::Medium | pb::Priority::Unspecified => "medium",
-    }
-}
-
 /// A priority from its name; none given is medium, the default.
 pub fn parse_priority(field: &str, name: Option<&str>) -> Result<pb::Priority, String> {
     match name {
@@ -145,16 +118,6 @@ pub fn parse_priority(field: &str, name: Option<&str>) -> Result<pb::Priority, S
         Some("high") => Ok(pb::Priority::High),
         Some("low") => Ok(pb::Priority::Low),
         Some(other) => Err(unknown(field, other, "high, medium or low")),
-    }
-}
-
-/// The name of a complexity estimate (empty when unset).
-pub fn complexity_name(c: pb::Complexity) -> &'static str {
-    match c {
-        pb::Complexity::Small => "small",
-        pb::Complexity::Medium => "medium",
-        pb::Complexity::Large => "large",
-        pb::Complexity::Unspecified => "",
     }
 }
 
@@ -166,18 +129,6 @@ pub fn parse_complexity(field: &str, name: Option<&str>) -> Result<pb::Complexit
         Some("medium") => Ok(pb::Complexity::Medium),
         Some("large") => Ok(pb::Complexity::Large),
         Some(other) => Err(unknown(field, other, "small, medium or large")),
-    }
-}
-
-/// The name of a role.
-pub fn role_name(r: pb::Role) -> &'static str {
-    match r {
-        pb::Role::Admin => "admin",
-        pb::Role::Orchestrator => "orchestrator",
-        pb::Role::Agent => "agent",
-        pb::Role::Approver => "approver",
-        pb::Role::Viewer => "viewer",
-        pb::Role::Unspecified => "unspecified",
     }
 }
 
@@ -197,32 +148,9 @@ pub fn parse_role(field: &str, name: &str) -> Result<pb::Role, String> {
     }
 }
 
-/// The name of a plan mode, as agents read it (`awaiting_approval`).
-pub fn mode_name(m: pb::PlanMode) -> &'static str {
-    match m {
-        pb::PlanMode::Planning => "planning",
-        pb::PlanMode::AwaitingApproval => "awaiting_approval",
-        pb::PlanMode::Normal | pb::PlanMode::Unspecified => "normal",
-    }
-}
-
-/// A plan mode as people read it (`awaiting approval`).
-pub fn mode_label(m: pb::PlanMode) -> String {
-    mode_name(m).replace('_', " ")
-}
-
 fn unknown(field: &str, value: &str, known: &str) -> String {
     let value: String = value.chars().take(40).collect();
     format!("{field}: {value:?} is not one of {known}")
-}
-
-/// Microseconds since the epoch; unset is 0.
-pub fn micros(t: Option<&Timestamp>) -> i64 {
-    t.map_or(0, |t| {
-        t.seconds
-            .saturating_mul(1_000_000)
-            .saturating_add(i64::from(t.nanos / 1000))
-    })
 }
 
 /// Now, in microseconds since the epoch (the client's clock).
@@ -230,118 +158,6 @@ pub fn now_micros() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
-}
-
-/// ISO-8601 / RFC 3339 UTC text to the millisecond, as `todo_read`'s
-/// `created_at` shows it.
-pub fn rfc3339(t: &Timestamp) -> String {
-    cairn_core::rfc3339(micros(Some(t)))
-}
-
-/// A timestamp as JSON: ISO-8601 text, or `null` when unset.
-pub fn timestamp_json(t: Option<&Timestamp>) -> Value {
-    t.map_or(Value::Null, |t| Value::String(rfc3339(t)))
-}
-
-/// A todo list as `todo_read` shows it: ids, content, statuses,
-/// priorities and ISO-8601 `created_at` / `updated_at`.
-pub fn todo_json(list: &pb::TodoList) -> Value {
-    let todos: Vec<Value> = list
-        .todos
-        .iter()
-        .map(|t| {
-            json!({
-                "id": t.id,
-                "content": t.content,
-                "status": todo_status_name(t.status()),
-                "priority": priority_name(t.priority()),
-                "created_at": timestamp_json(t.create_time.as_ref()),
-                "updated_at": timestamp_json(t.update_time.as_ref()),
-            })
-        })
-        .collect();
-    json!({ "todos": todos })
-}
-
-/// Where a checklist stands.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Progress<'a> {
-    /// Completed items.
-    pub done: usize,
-    /// All items.
-    pub total: usize,
-    /// The in-progress item's text, if any.
-    pub current: Option<&'a str>,
-}
-
-/// Where a checklist stands.
-pub fn progress(items: &[pb::PlanItem]) -> Progress<'_> {
-    Progress {
-        done: items
-            .iter()
-            .filter(|i| i.status() == pb::StepStatus::Completed)
-            .count(),
-        total: items.len(),
-        current: items
-            .iter()
-            .find(|i| i.status() == pb::StepStatus::InProgress)
-            .map(|i| i.step.as_str()),
-    }
-}
-
-/// An implementation plan, whole.
-pub fn implementation_plan_json(p: &pb::ImplementationPlan) -> Value {
-    json!({
-        "summary": p.summary,
-        "approach": p.approach,
-        "alternatives_considered": p.alternatives_considered,
-        "steps": p.steps.iter().map(|s| json!({
-            "id": s.id,
-            "description": s.description,
-            "files": s.files,
-            "depends_on": s.depends_on,
-            "verification": s.verification,
-        })).collect::<Vec<_>>(),
-        "risks": p.risks,
-        "files_to_create": p.files_to_create,
-        "files_to_modify": p.files_to_modify,
-        "tests_to_write": p.tests_to_write,
-        "estimated_complexity": complexity_name(p.estimated_complexity()),
-    })
-}
-
-/// Plan mode as both surfaces show it (`cairn plan status --output json`
-/// and the `plan_status` tool): mode, goal, pending plan, active progress,
-/// pending modifications.
-pub fn plan_status_json(s: &pb::PlanStatus) -> Value {
-    let mode = mode_name(s.mode());
-    let active = s.active.as_ref().map(|a| {
-        let current = a.plan.as_ref().and_then(|p| p.steps.iter().find(|st| st.id == a.current_step_id));
-        json!({
-            "plan_id": a.plan_id,
-            "approver": a.approver,
-            "progress": { "completed": a.completed_count, "total": a.total_count },
-            "completed_step_ids": a.completed_step_ids,
-            "current_step": current.map(|st| json!({ "id": st.id, "description": st.description, "verification": st.verification })),
-            "plan": a.plan.as_ref().map(implementation_plan_json),
-        })
-    });
-    json!({
-        "mode": mode,
-        "goal": s.goal,
-        "scope": s.scope,
-        "pending_plan": s.pending.as_ref().map(|p| json!({
-            "plan_id": p.plan_id,
-            "plan": p.plan.as_ref().map(implementation_plan_json),
-        })),
-        "active_plan": active,
-        "pending_modifications": s.pending_modifications.iter().map(|m| json!({
-            "modification_id": m.modification_id,
-            "step_id": m.step_id,
-            "reason": m.reason,
-            "new_description": m.new_description,
-        })).collect::<Vec<_>>(),
-    })
 }
 
 #[cfg(test)]
@@ -386,13 +202,13 @@ mod tests {
 
     #[test]
     fn timestamps_as_text() {
-        let t = |seconds, nanos| Timestamp { seconds, nanos };
+        let t = |seconds, nanos| prost_types::Timestamp { seconds, nanos };
         assert_eq!(rfc3339(&t(0, 0)), "1970-01-01T00:00:00.000Z");
         assert_eq!(
             rfc3339(&t(1_796_011_733, 123_456_000)),
             "2026-11-30T04:08:53.123Z"
         );
-        assert_eq!(timestamp_json(None), Value::Null);
+        assert_eq!(timestamp_json(None), serde_json::Value::Null);
     }
 
     #[test]

@@ -9,10 +9,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use cairn_api as pb;
-use serde_json::{Value, json};
 
 use super::args::{ClientArgs, Output, WatchArgs};
-use super::commands::plan_json;
 use super::io::{CliResult, color, emit, emit_plain};
 use super::render::{self, BoardRow};
 use crate::view;
@@ -215,28 +213,10 @@ fn draw(root: &str, tracked: &HashMap<String, Tracked>, revision: u64, interacti
 }
 
 fn print_event(output: Output, e: &pb::Event) {
-    let kind = match e.r#type() {
-        pb::EventType::SessionCreated => "session created",
-        pb::EventType::SessionUpdated => "session updated",
-        pb::EventType::SessionDeleted => "session deleted",
-        pb::EventType::PlanUpdated => "plan updated",
-        pb::EventType::TodosUpdated => "todos updated",
-        pb::EventType::TodosCleared => "todos cleared",
-        pb::EventType::Unspecified => "event",
-    };
     match output {
-        Output::Json => emit(&format!(
-            "{}\n",
-            json!({
-                "revision": e.revision,
-                "type": kind,
-                "session_id": e.session_id,
-                "agent_id": e.agent_id,
-                "parent_session_id": e.parent_session_id,
-                "plan": match &e.object { Some(pb::event::Object::Plan(p)) => plan_json(p), _ => Value::Null },
-            })
-        )),
+        Output::Json => emit(&format!("{}\n", view::event_json(e))),
         Output::Text => {
+            let kind = view::event_type_name(e.r#type()).replace('_', " ");
             let who = if e.session_id.is_empty() {
                 &e.agent_id
             } else {

@@ -12,31 +12,7 @@ use serde_json::{Value, json};
 use super::args::{ClientArgs, Output, PlanCmd, SessionCmd, TodoCmd, WaitArgs};
 use super::io::{CliResult, color, emit, emit_json, emit_plain, read_input};
 use super::render::{self, Mark};
-use crate::view;
-
-pub(super) fn session_json(s: &pb::Session) -> Value {
-    json!({
-        "session_id": s.session_id,
-        "agent_id": s.agent_id,
-        "parent_session_id": s.parent_session_id,
-        "title": s.title,
-        "labels": s.labels,
-        "create_time": view::timestamp_json(s.create_time.as_ref()),
-        "update_time": view::timestamp_json(s.update_time.as_ref()),
-        "revision": s.revision,
-    })
-}
-
-pub(super) fn plan_json(p: &pb::Plan) -> Value {
-    json!({
-        "session_id": p.session_id,
-        "explanation": p.explanation,
-        "plan": p.items.iter().map(|i| json!({"id": i.id, "step": i.step, "status": view::step_status_name(i.status())})).collect::<Vec<_>>(),
-        "mode": p.status.as_ref().map_or("normal", |s| view::mode_name(s.mode())),
-        "revision": p.revision,
-        "update_time": view::timestamp_json(p.update_time.as_ref()),
-    })
-}
+use crate::view::{self, plan_json, session_json};
 
 fn plan_box(p: &pb::Plan) -> String {
     let items: Vec<(Mark, String)> = p

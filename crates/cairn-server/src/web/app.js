@@ -44,15 +44,15 @@ function sessionCard(id, byParent) {
   const head = el("div", "session-head");
   head.append(el("span", "session-id", id));
   if (s.agent_id) head.append(el("span", "agent", s.agent_id));
-  const mode = p ? p.plan.mode.mode : "normal";
+  const mode = p ? p.mode : "normal";
   if (mode !== "normal") head.append(el("span", "badge " + mode, mode.replace("_", " ")));
-  const items = p ? p.plan.checklist.items : [];
+  const items = p ? p.plan : [];
   const done = items.filter(i => i.status === "completed").length;
   head.append(el("span", "progress", items.length ? `${done}/${items.length}` : ""));
   card.append(head);
-  if (p && p.plan.checklist.explanation) card.append(el("p", "explanation", p.plan.checklist.explanation));
+  if (p && p.explanation) card.append(el("p", "explanation", p.explanation));
   card.append(taskList(items, i => i.step));
-  const pending = p && p.plan.mode.pending;
+  const pending = p && p.status && p.status.pending_plan;
   if (mode === "awaiting_approval" && pending) {
     const box = el("div", "approval");
     box.append(el("div", "summary", `Plan ${pending.plan_id}: ${pending.plan.summary}`));
@@ -90,21 +90,22 @@ function render() {
   const cards = [...todos.keys()].sort().map(a => {
     const card = el("div", "agent-card");
     card.dataset.agent = a;
-    card.append(el("div", "session-id", a), taskList(todos.get(a).items, t => t.content));
+    card.append(el("div", "session-id", a), taskList(todos.get(a).todos, t => t.content));
     return card;
   });
   agents.replaceChildren(...(cards.length ? cards : [el("p", "none", "No todo lists yet.")]));
 }
 
-function apply(change) {
-  const e = change.event, o = e.object;
-  switch (e.kind) {
-    case "session_created": case "session_updated": sessions.set(o.session.session_id, o.session); break;
+// One event as docs/dashboard.md describes it (the shape every surface
+// shows, built from the API's messages).
+function apply(e) {
+  switch (e.type) {
+    case "session_created": case "session_updated": sessions.set(e.session.session_id, e.session); break;
     case "session_deleted": sessions.delete(e.session_id); plans.delete(e.session_id); break;
-    case "plan_updated": plans.set(o.plan.session_id, o.plan); break;
-    case "todos_updated": case "todos_cleared": todos.set(o.todos.agent_id, o.todos); break;
+    case "plan_updated": plans.set(e.plan.session_id, e.plan); break;
+    case "todos_updated": case "todos_cleared": todos.set(e.agent_id, e.todos); break;
   }
-  revision = Math.max(revision, change.revision);
+  revision = Math.max(revision, e.revision);
 }
 
 let synced = false;

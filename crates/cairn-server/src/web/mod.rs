@@ -38,6 +38,7 @@ use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use cairn_api::shapes;
 use cairn_core::access::{Caller, Role};
 use cairn_core::command::{PlanCommand, PlanWrite};
 use cairn_core::error::Excerpt;
@@ -453,8 +454,9 @@ async fn style() -> impl IntoResponse {
 }
 
 /// Everything the signed-in principal may see, as it is now and as it
-/// changes: each message is one event of the watch stream as JSON
-/// (`change`), then `synced`, then changes. It ends when the principal's
+/// changes: each message is one event of the watch stream (`change`, in
+/// the shape of `cairn_api::shapes::event_json`, which docs/dashboard.md
+/// documents), then `synced`, then changes. It ends when the principal's
 /// token is revoked.
 async fn events(AxumState(web): AxumState<Web>, Extension(signed): Extension<Signed>) -> Response {
     let target = match &signed.caller {
@@ -496,7 +498,7 @@ async fn events(AxumState(web): AxumState<Web>, Extension(signed): Extension<Sig
             let event = match item {
                 Some(Ok(Item::Event(d))) => SseEvent::default()
                     .event("change")
-                    .json_data(serde_json::json!({ "revision": d.revision, "event": d.event }))
+                    .json_data(shapes::event_json(&crate::convert::event(d)))
                     .ok(),
                 Some(Ok(Item::Synced(r))) => Some(SseEvent::default().event("synced").data(r.to_string())),
                 Some(Ok(Item::Progress(r))) => {

@@ -1,0 +1,311 @@
+//! The JSON shapes every surface presents, built from the API's messages
+//! (never from the store's records): the CLI's `--output json`, the MCP
+//! tools, and the dashboard's event stream show the same things the same
+//! way, because they show them through these functions.
+//!
+//! - names of statuses, priorities, modes, complexities and roles as people
+//!   and agents write them (`in_progress`, `high`…);
+//! - timestamps as ISO-8601 text;
+//! - a session, a plan (its checklist and plan-mode status), a todo list;
+//! - a watch event ([`event_json`]), the shape `docs/dashboard.md` documents.
+
+use prost_types::Timestamp;
+use serde_json::{Value, json};
+
+use crate as pb;
+
+/// The name of a checklist status.
+pub fn step_status_name(s: pb::StepStatus) -> &'static str {
+    match s {
+        pb::StepStatus::Pending => "pending",
+        pb::StepStatus::InProgress => "in_progress",
+        pb::StepStatus::Completed => "completed",
+        pb::StepStatus::Unspecified => "unspecified",
+    }
+}
+
+/// The name of a todo status.
+pub fn todo_status_name(s: pb::TodoStatus) -> &'static str {
+    match s {
+        pb::TodoStatus::Pending => "pending",
+        pb::TodoStatus::InProgress => "in_progress",
+        pb::TodoStatus::Completed => "completed",
+        pb::TodoStatus::Unspecified => "unspecified",
+    }
+}
+
+/// The name of a priority; the server stores an unset one as medium.
+pub fn priority_name(p: pb::Priority) -> &'static str {
+    match p {
+        pb::Priority::High => "high",
+        pb::Priority::Low => "low",
+        pb::Priority::Medium | pb::Priority::Unspecified => "medium",
+    }
+}
+
+/// The name of a complexity estimate (empty when unset).
+pub fn complexity_name(c: pb::Complexity) -> &'static str {
+    match c {
+        pb::Complexity::Small => "small",
+        pb::Complexity::Medium => "medium",
+        pb::Complexity::Large => "large",
+        pb::Complexity::Unspecified => "",
+    }
+}
+
+/// The name of a role.
+pub fn role_name(r: pb::Role) -> &'static str {
+    match r {
+        pb::Role::Admin => "admin",
+        pb::Role::Orchestrator => "orchestrator",
+        pb::Role::Agent => "agent",
+        pb::Role::Approver => "approver",
+        pb::Role::Viewer => "viewer",
+        pb::Role::Unspecified => "unspecified",
+    }
+}
+
+/// The name of a plan mode, as agents read it (`awaiting_approval`).
+pub fn mode_name(m: pb::PlanMode) -> &'static str {
+    match m {
+        pb::PlanMode::Planning => "planning",
+        pb::PlanMode::AwaitingApproval => "awaiting_approval",
+        pb::PlanMode::Normal | pb::PlanMode::Unspecified => "normal",
+    }
+}
+
+/// A plan mode as people read it (`awaiting approval`).
+pub fn mode_label(m: pb::PlanMode) -> String {
+    mode_name(m).replace('_', " ")
+}
+
+/// Microseconds since the epoch; unset is 0.
+pub fn micros(t: Option<&Timestamp>) -> i64 {
+    t.map_or(0, |t| {
+        t.seconds
+            .saturating_mul(1_000_000)
+            .saturating_add(i64::from(t.nanos / 1000))
+    })
+}
+
+/// ISO-8601 / RFC 3339 UTC text to the millisecond, as `todo_read`'s
+/// `created_at` shows it.
+pub fn rfc3339(t: &Timestamp) -> String {
+    cairn_core::rfc3339(micros(Some(t)))
+}
+
+/// A timestamp as JSON: ISO-8601 text, or `null` when unset.
+pub fn timestamp_json(t: Option<&Timestamp>) -> Value {
+    t.map_or(Value::Null, |t| Value::String(rfc3339(t)))
+}
+
+/// A todo list as `todo_read` shows it: ids, content, statuses,
+/// priorities and ISO-8601 `created_at` / `updated_at`.
+pub fn todo_json(list: &pb::TodoList) -> Value {
+    let todos: Vec<Value> = list
+        .todos
+        .iter()
+        .map(|t| {
+            json!({
+                "id": t.id,
+                "content": t.content,
+                "status": todo_status_name(t.status()),
+                "priority": priority_name(t.priority()),
+                "created_at": timestamp_json(t.create_time.as_ref()),
+                "updated_at": timestamp_json(t.update_time.as_ref()),
+            })
+        })
+        .collect();
+    json!({ "todos": todos })
+}
+
+/// Where a checklist stands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Progress<'a> {
+    /// Completed items.
+    pub done: usize,
+    /// All items.
+    pub total: usize,
+    /// The in-progress item's text, if any.
+    pub current: Option<&'a str>,
+}
+
+/// Where a checklist stands.
+pub fn progress(items: &[pb::PlanItem]) -> Progress<'_> {
+    Progress {
+        done: items
+            .iter()
+            .filter(|i| i.status() == pb::StepStatus::Completed)
+            .count(),
+        total: items.len(),
+        current: items
+            .iter()
+            .find(|i| i.status() == pb::StepStatus::InProgress)
+            .map(|i| i.step.as_str()),
+    }
+}
+
+/// An implementation plan, whole.
+pub fn implementation_plan_json(p: &pb::ImplementationPlan) -> Value {
+    json!({
+        "summary": p.summary,
+        "approach": p.approach,
+        "alternatives_considered": p.alternatives_considered,
+        "steps": p.steps.iter().map(|s| json!({
+            "id": s.id,
+            "description": s.description,
+            "files": s.files,
+            "depends_on": s.depends_on,
+            "verification": s.verification,
+        })).collect::<Vec<_>>(),
+        "risks": p.risks,
+        "files_to_create": p.files_to_create,
+        "files_to_modify": p.files_to_modify,
+        "tests_to_write": p.tests_to_write,
+        "estimated_complexity": complexity_name(p.estimated_complexity()),
+    })
+}
+
+/// Plan mode as both surfaces show it (`cairn plan status --output json`
+/// and the `plan_status` tool): mode, goal, pending plan, active progress,
+/// pending modifications.
+pub fn plan_status_json(s: &pb::PlanStatus) -> Value {
+    let mode = mode_name(s.mode());
+    let active = s.active.as_ref().map(|a| {
+        let current = a.plan.as_ref().and_then(|p| p.steps.iter().find(|st| st.id == a.current_step_id));
+        json!({
+            "plan_id": a.plan_id,
+            "approver": a.approver,
+            "progress": { "completed": a.completed_count, "total": a.total_count },
+            "completed_step_ids": a.completed_step_ids,
+            "current_step": current.map(|st| json!({ "id": st.id, "description": st.description, "verification": st.verification })),
+            "plan": a.plan.as_ref().map(implementation_plan_json),
+        })
+    });
+    json!({
+        "mode": mode,
+        "goal": s.goal,
+        "scope": s.scope,
+        "pending_plan": s.pending.as_ref().map(|p| json!({
+            "plan_id": p.plan_id,
+            "plan": p.plan.as_ref().map(implementation_plan_json),
+        })),
+        "active_plan": active,
+        "pending_modifications": s.pending_modifications.iter().map(|m| json!({
+            "modification_id": m.modification_id,
+            "step_id": m.step_id,
+            "reason": m.reason,
+            "new_description": m.new_description,
+        })).collect::<Vec<_>>(),
+    })
+}
+
+/// A session as every surface shows it.
+pub fn session_json(s: &pb::Session) -> Value {
+    json!({
+        "session_id": s.session_id,
+        "agent_id": s.agent_id,
+        "parent_session_id": s.parent_session_id,
+        "title": s.title,
+        "labels": s.labels,
+        "create_time": timestamp_json(s.create_time.as_ref()),
+        "update_time": timestamp_json(s.update_time.as_ref()),
+        "revision": s.revision,
+    })
+}
+
+/// A session's plan: the checklist, the plan mode's name, and the whole
+/// plan-mode status as [`plan_status_json`] shows it.
+pub fn plan_json(p: &pb::Plan) -> Value {
+    json!({
+        "session_id": p.session_id,
+        "explanation": p.explanation,
+        "plan": p.items.iter().map(|i| json!({"id": i.id, "step": i.step, "status": step_status_name(i.status())})).collect::<Vec<_>>(),
+        "mode": p.status.as_ref().map_or("normal", |s| mode_name(s.mode())),
+        "status": p.status.as_ref().map(plan_status_json),
+        "revision": p.revision,
+        "update_time": timestamp_json(p.update_time.as_ref()),
+    })
+}
+
+/// The name of a watch event's type (`plan_updated`).
+pub fn event_type_name(t: pb::EventType) -> &'static str {
+    match t {
+        pb::EventType::SessionCreated => "session_created",
+        pb::EventType::SessionUpdated => "session_updated",
+        pb::EventType::SessionDeleted => "session_deleted",
+        pb::EventType::PlanUpdated => "plan_updated",
+        pb::EventType::TodosUpdated => "todos_updated",
+        pb::EventType::TodosCleared => "todos_cleared",
+        pb::EventType::Unspecified => "unspecified",
+    }
+}
+
+/// A watch event: its revision and type, whom it concerns, and the object
+/// as it is after the event (`session`, `plan` or `todos`, the others
+/// `null`). The dashboard's `/events` stream sends exactly this.
+pub fn event_json(e: &pb::Event) -> Value {
+    let (session, plan, todos) = match &e.object {
+        Some(pb::event::Object::Session(s)) => (session_json(s), Value::Null, Value::Null),
+        Some(pb::event::Object::Plan(p)) => (Value::Null, plan_json(p), Value::Null),
+        Some(pb::event::Object::Todos(t)) => (Value::Null, Value::Null, todo_json(t)),
+        None => (Value::Null, Value::Null, Value::Null),
+    };
+    json!({
+        "revision": e.revision,
+        "type": event_type_name(e.r#type()),
+        "session_id": e.session_id,
+        "parent_session_id": e.parent_session_id,
+        "agent_id": e.agent_id,
+        "session": session,
+        "plan": plan,
+        "todos": todos,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The event shape docs/dashboard.md documents: these keys, these
+    /// names, the object under the key of its kind.
+    #[test]
+    fn an_event_has_the_documented_shape() {
+        let e = pb::Event {
+            revision: 7,
+            r#type: pb::EventType::PlanUpdated.into(),
+            session_id: "orch:coder".into(),
+            parent_session_id: "orch".into(),
+            agent_id: "coder".into(),
+            object: Some(pb::event::Object::Plan(pb::Plan {
+                session_id: "orch:coder".into(),
+                items: vec![pb::PlanItem {
+                    id: 1,
+                    step: "Write the API".into(),
+                    status: pb::StepStatus::InProgress.into(),
+                }],
+                ..pb::Plan::default()
+            })),
+            ..pb::Event::default()
+        };
+        let v = event_json(&e);
+        let keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
+        assert_eq!(
+            keys,
+            [
+                "agent_id",
+                "parent_session_id",
+                "plan",
+                "revision",
+                "session",
+                "session_id",
+                "todos",
+                "type"
+            ]
+        );
+        assert_eq!(v["type"], "plan_updated");
+        assert_eq!(v["plan"]["plan"][0]["status"], "in_progress");
+        assert_eq!(v["plan"]["mode"], "normal");
+        assert!(v["session"].is_null() && v["todos"].is_null());
+    }
+}
