@@ -765,9 +765,16 @@ fn copy_table<K: redb::Key + 'static, V: redb::Value + 'static>(
 /// the revision the copy holds.
 pub fn backup(from: &ReadTransaction, dest: &std::path::Path) -> Result<u64> {
     let revision = RedbTxn(from).revision()?;
+    let dir = || {
+        dest.parent()
+            .map_or_else(String::new, |d| d.display().to_string())
+    };
     let out = Database::builder()
         .create(dest)
-        .map_err(|e| Error::Storage(format!("create {}: {e}", dest.display())))?;
+        .map_err(|e| Error::BackupFailed {
+            dir: dir(),
+            detail: format!("create {}: {e}", dest.display()),
+        })?;
     db(|| {
         let mut txn = out.begin_write()?;
         txn.set_durability(redb::Durability::Immediate)
@@ -784,6 +791,12 @@ pub fn backup(from: &ReadTransaction, dest: &std::path::Path) -> Result<u64> {
         copy_table(from, &txn, TOKENS)?;
         txn.commit()?;
         Ok(())
+    })
+    .map_err(|e| match e {
+        // Only the copy is written: a full disk is the copy's failure, and
+        // says nothing about the store.
+        Error::DiskFull { detail, .. } => Error::BackupFailed { dir: dir(), detail },
+        e => e,
     })?;
     Ok(revision)
 }

@@ -84,19 +84,13 @@ impl Store {
     pub async fn backup(&self, caller: &Caller, dest: std::path::PathBuf) -> Result<u64> {
         access::check_admin(caller)?;
         let backend = Arc::clone(&self.backend);
-        let dir = dest
-            .parent()
-            .map_or_else(String::new, |d| d.display().to_string());
         tokio::task::spawn_blocking(move || backend.backup(&dest))
             .await
             .map_err(|e| Error::Internal(format!("backup task: {e}")))?
             .map_err(|e| match e {
-                // Writing the copy failed, not the store: say where, and
-                // leave the store's health alone.
-                Error::DiskFull { detail, .. } => Error::BackupFailed { dir, detail },
-                Error::Storage(detail) if detail.starts_with("create ") => {
-                    Error::BackupFailed { dir, detail }
-                }
+                // Writing the copy failed, not the store: the engine said
+                // where, and the store's health stays as it is.
+                e @ Error::BackupFailed { .. } => e,
                 e => self.backend.observe(e),
             })
     }
