@@ -391,6 +391,52 @@ pub fn check_everything(caller: &Caller) -> Result<()> {
     }
 }
 
+/// The id of the bootstrap admin of `--admin-token-file`.
+pub const BOOTSTRAP_ADMIN: &str = "admin";
+
+/// Most agent ids, and most session roots, one principal may hold.
+pub const MAX_SCOPE_ENTRIES: usize = 256;
+
+/// What a new principal must be: a valid id that is not the bootstrap
+/// admin's, and bounded scopes (every call of the principal checks them,
+/// so nobody can make each call slow).
+pub fn check_new_principal(principal: &Principal, limits: &crate::Limits) -> Result<()> {
+    limits.check_resource_id("principal.principal_id", &principal.principal_id)?;
+    if principal.principal_id == BOOTSTRAP_ADMIN {
+        return Err(Error::invalid(
+            "principal.principal_id",
+            "`admin` is the bootstrap admin of --admin-token-file",
+        ));
+    }
+    for (field, what, n) in [
+        (
+            "principal.agent_ids",
+            "agent ids per principal",
+            principal.agent_ids.len(),
+        ),
+        (
+            "principal.session_roots",
+            "session roots per principal",
+            principal.session_roots.len(),
+        ),
+    ] {
+        crate::Limits::check_count(field, what, MAX_SCOPE_ENTRIES, n)?;
+    }
+    for (i, a) in principal.agent_ids.iter().enumerate() {
+        limits.check_resource_id(&format!("principal.agent_ids[{i}]"), a)?;
+    }
+    for (i, r) in principal.session_roots.iter().enumerate() {
+        limits.check_resource_id(&format!("principal.session_roots[{i}]"), r)?;
+    }
+    if principal.has(Role::Agent) && principal.agent_ids.is_empty() {
+        return Err(Error::invalid(
+            "principal.agent_ids",
+            "an agent acts as at least one agent id",
+        ));
+    }
+    Ok(())
+}
+
 /// Whether `caller` is an admin (principals, the whole store).
 pub fn check_admin(caller: &Caller) -> Result<()> {
     match caller {

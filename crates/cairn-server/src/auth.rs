@@ -27,8 +27,7 @@ use tokio::sync::watch;
 /// (secret scanners, logs).
 pub const TOKEN_PREFIX: &str = "cairn_";
 
-/// The id of the bootstrap admin of `--admin-token-file`.
-pub const BOOTSTRAP_ADMIN: &str = "admin";
+pub use cairn_core::access::BOOTSTRAP_ADMIN;
 
 /// Most principals remembered by token; beyond it the cache starts over.
 const CACHE_LIMIT: usize = 10_000;

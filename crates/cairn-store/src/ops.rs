@@ -532,6 +532,7 @@ pub fn apply(
                     principal,
                     token_sha256,
                 } => {
+                    access::check_new_principal(principal, limits)?;
                     let record = PrincipalRecord {
                         principal: principal.clone(),
                         token_sha256: token_sha256.clone(),

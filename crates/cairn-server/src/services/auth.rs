@@ -9,15 +9,12 @@ use cairn_store::records::PrincipalRecord;
 use tracing::instrument;
 
 use super::{State, rpcs};
-use crate::auth::{Authenticated, BOOTSTRAP_ADMIN, mint_token, token_sha256};
+use crate::auth::{Authenticated, mint_token, token_sha256};
 use crate::convert;
 
 /// Default and maximum `page_size` of `ListPrincipals`.
 const DEFAULT_PAGE: usize = 100;
 const MAX_PAGE: usize = 1000;
-
-/// Most agent ids, and most session roots, one principal may hold.
-pub const MAX_SCOPE_ENTRIES: usize = 256;
 
 /// The auth service.
 #[derive(Clone, Debug)]
@@ -38,7 +35,6 @@ impl AuthApi {
     ) -> Result<pb::CreatePrincipalResponse> {
         let pb::CreatePrincipalRequest { principal } = req;
         let principal = convert::principal_in(principal.unwrap_or_default())?;
-        check_principal(&principal, &self.state.policy.limits)?;
         let token = mint_token()?;
         let command = PrincipalCommand::Create {
             principal,
@@ -151,46 +147,6 @@ impl AuthApi {
             })),
         })
     }
-}
-
-/// What a new principal must be: a valid id that is not the bootstrap
-/// admin's, and bounded scopes (every call of the principal checks them,
-/// so nobody can make each call slow).
-fn check_principal(principal: &Principal, limits: &cairn_core::Limits) -> Result<()> {
-    limits.check_resource_id("principal.principal_id", &principal.principal_id)?;
-    if principal.principal_id == BOOTSTRAP_ADMIN {
-        return Err(Error::invalid(
-            "principal.principal_id",
-            "`admin` is the bootstrap admin of --admin-token-file",
-        ));
-    }
-    for (field, what, n) in [
-        (
-            "principal.agent_ids",
-            "agent ids per principal",
-            principal.agent_ids.len(),
-        ),
-        (
-            "principal.session_roots",
-            "session roots per principal",
-            principal.session_roots.len(),
-        ),
-    ] {
-        cairn_core::Limits::check_count(field, what, MAX_SCOPE_ENTRIES, n)?;
-    }
-    for (i, a) in principal.agent_ids.iter().enumerate() {
-        limits.check_resource_id(&format!("principal.agent_ids[{i}]"), a)?;
-    }
-    for (i, r) in principal.session_roots.iter().enumerate() {
-        limits.check_resource_id(&format!("principal.session_roots[{i}]"), r)?;
-    }
-    if principal.has(Role::Agent) && principal.agent_ids.is_empty() {
-        return Err(Error::invalid(
-            "principal.agent_ids",
-            "an agent acts as at least one agent id",
-        ));
-    }
-    Ok(())
 }
 
 rpcs! {
