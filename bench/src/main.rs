@@ -207,6 +207,7 @@ pub fn framed_body(args: &BenchArgs) -> Result<Vec<u8>, BoxError> {
             explanation: "bench".into(),
             plan: plan_items(args, 1),
             expected_revision: None,
+            ..pb::UpdatePlanRequest::default()
         }
         .encode_to_vec(),
         Scenario::GetPlan => pb::GetPlanRequest {
@@ -291,6 +292,7 @@ async fn populate(args: &BenchArgs) -> Result<Report, BoxError> {
                         explanation: "bench".into(),
                         plan: plan_items(&args, 0),
                         expected_revision: None,
+                        ..pb::UpdatePlanRequest::default()
                     })
                     .await?;
                 latencies.push(u32::try_from(sent.elapsed().as_micros()).unwrap_or(u32::MAX));
@@ -323,6 +325,7 @@ fn plan_items(args: &BenchArgs, round: u64) -> Vec<pb::PlanItem> {
                 } else {
                     pb::StepStatus::Pending.into()
                 },
+                blocked_by: Vec::new(),
             }
         })
         .collect()
@@ -345,6 +348,7 @@ async fn one(args: &BenchArgs, channel: Conn, i: usize, round: u64) -> Result<()
                 explanation: "bench".into(),
                 plan: plan_items(args, round),
                 expected_revision: None,
+                ..pb::UpdatePlanRequest::default()
             })
             .await
             .map(|_| ()),
@@ -625,6 +629,7 @@ async fn watch_fanout(args: &BenchArgs) -> Result<Report, BoxError> {
                         explanation: String::new(),
                         plan: items,
                         expected_revision: None,
+                        ..pb::UpdatePlanRequest::default()
                     })
                     .await;
             });

@@ -332,3 +332,55 @@ async fn expected_revision_guards_against_lost_updates() {
         r1 + 1
     );
 }
+
+#[tokio::test]
+async fn an_observed_plan_is_stored_as_the_agent_kept_it() {
+    let server = TestServer::start().await;
+    let mut plans = server.plans().await;
+    let observed = |items: Vec<pb::PlanItem>| pb::UpdatePlanRequest {
+        source: pb::PlanSource::Observed.into(),
+        ..update("claude:s", items)
+    };
+    let mut two = vec![
+        item("Write the parser", InProgress),
+        item("Add tests", InProgress),
+    ];
+    two[0].id = 7;
+    two[1].blocked_by = vec![7];
+    // Two steps in progress: refused from a tool, stored when observed.
+    let e = plans
+        .update_plan(update("claude:s", two.clone()))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument);
+    assert_eq!(e.message(), "At most one step can be in_progress at a time");
+    let resp = plans.update_plan(observed(two)).await.unwrap().into_inner();
+    assert!(resp.stored);
+    assert_eq!(resp.plan[0].id, 7, "the agent's id");
+    assert_eq!(resp.plan[1].blocked_by, [7]);
+    // One step: stored, no simple-task hint. A cancelled step: kept.
+    let one = plans
+        .update_plan(observed(vec![item("Only step", pb::StepStatus::Cancelled)]))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(one.stored && one.hint.is_empty());
+    let got = plans
+        .get_plan(pb::GetPlanRequest {
+            session_id: "claude:s".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .plan
+        .unwrap();
+    assert_eq!(got.source(), pb::PlanSource::Observed);
+    assert_eq!(got.items[0].status(), pb::StepStatus::Cancelled);
+    // A tool cannot cancel a step.
+    let e = plans
+        .update_plan(update("s2", vec![item("a", pb::StepStatus::Cancelled); 4]))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument);
+    assert!(e.message().contains("observed"), "{}", e.message());
+}

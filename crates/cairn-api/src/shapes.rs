@@ -20,6 +20,7 @@ pub fn step_status_name(s: pb::StepStatus) -> &'static str {
         pb::StepStatus::Pending => "pending",
         pb::StepStatus::InProgress => "in_progress",
         pb::StepStatus::Completed => "completed",
+        pb::StepStatus::Cancelled => "cancelled",
         pb::StepStatus::Unspecified => "unspecified",
     }
 }
@@ -122,7 +123,7 @@ pub fn todo_json(list: &pb::TodoList) -> Value {
 /// Where a checklist stands.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Progress<'a> {
-    /// Completed items.
+    /// Finished items: completed, or cancelled (observed plans).
     pub done: usize,
     /// All items.
     pub total: usize,
@@ -135,7 +136,12 @@ pub fn progress(items: &[pb::PlanItem]) -> Progress<'_> {
     Progress {
         done: items
             .iter()
-            .filter(|i| i.status() == pb::StepStatus::Completed)
+            .filter(|i| {
+                matches!(
+                    i.status(),
+                    pb::StepStatus::Completed | pb::StepStatus::Cancelled
+                )
+            })
             .count(),
         total: items.len(),
         current: items
@@ -220,12 +226,32 @@ pub fn plan_json(p: &pb::Plan) -> Value {
     json!({
         "session_id": p.session_id,
         "explanation": p.explanation,
-        "plan": p.items.iter().map(|i| json!({"id": i.id, "step": i.step, "status": step_status_name(i.status())})).collect::<Vec<_>>(),
+        "plan": p.items.iter().map(item_json).collect::<Vec<_>>(),
+        "source": source_name(p.source()),
         "mode": p.status.as_ref().map_or("normal", |s| mode_name(s.mode())),
         "status": p.status.as_ref().map(plan_status_json),
         "revision": p.revision,
         "update_time": timestamp_json(p.update_time.as_ref()),
     })
+}
+
+/// The name of a plan's source: `tool` (Cairn's tools), or `observed` (an
+/// agent's own plan, mirrored by `cairn hook`).
+pub fn source_name(s: pb::PlanSource) -> &'static str {
+    match s {
+        pb::PlanSource::Observed => "observed",
+        pb::PlanSource::Tool | pb::PlanSource::Unspecified => "tool",
+    }
+}
+
+/// One checklist step: id, text, status, and what it waits for when the
+/// agent said (observed plans).
+pub fn item_json(i: &pb::PlanItem) -> Value {
+    let mut v = json!({"id": i.id, "step": i.step, "status": step_status_name(i.status())});
+    if !i.blocked_by.is_empty() {
+        v["blocked_by"] = json!(i.blocked_by);
+    }
+    v
 }
 
 /// The name of a watch event's type (`plan_updated`).
@@ -283,6 +309,7 @@ mod tests {
                     id: 1,
                     step: "Write the API".into(),
                     status: pb::StepStatus::InProgress.into(),
+                    blocked_by: Vec::new(),
                 }],
                 ..pb::Plan::default()
             })),

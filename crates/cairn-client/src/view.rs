@@ -20,7 +20,8 @@ pub use cairn_api::shapes::*;
 pub struct PlanStepArg {
     /// What to do: specific and verifiable.
     pub step: String,
-    /// "pending", "in_progress" or "completed".
+    /// Where the step stands.
+    #[schemars(extend("enum" = ["pending", "in_progress", "completed"]))]
     pub status: String,
 }
 
@@ -47,6 +48,7 @@ impl UpdatePlanArgs {
                     id: 0,
                     status: parse_step_status(&format!("plan[{i}].status"), &s.status)?.into(),
                     step: s.step,
+                    blocked_by: Vec::new(),
                 })
             })
             .collect::<Result<_, String>>()?;
@@ -55,6 +57,7 @@ impl UpdatePlanArgs {
             explanation: self.explanation.unwrap_or_default(),
             plan,
             expected_revision: None,
+            source: pb::PlanSource::Tool.into(),
         })
     }
 }
@@ -67,10 +70,12 @@ pub struct TodoArg {
     pub id: String,
     /// What to do.
     pub content: String,
-    /// "pending", "in_progress" or "completed".
+    /// Where the item stands.
+    #[schemars(extend("enum" = ["pending", "in_progress", "completed"]))]
     pub status: String,
-    /// "high", "medium" or "low" (default medium).
+    /// How urgent it is (default medium).
     #[serde(default)]
+    #[schemars(extend("enum" = ["high", "medium", "low", null]))]
     pub priority: Option<String>,
 }
 
@@ -217,6 +222,7 @@ mod tests {
             id: 0,
             step: step.into(),
             status: s.into(),
+            blocked_by: Vec::new(),
         };
         let items = [
             item("a", pb::StepStatus::Completed),

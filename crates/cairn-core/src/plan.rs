@@ -4,6 +4,10 @@
 //! shorter than a threshold are answered with a hint instead of being stored,
 //! and items keep their numeric id across updates so watchers can follow an
 //! item while its neighbours change.
+//!
+//! An observed plan ([`PlanSource::Observed`]: an agent's own planning tool,
+//! mirrored by `cairn hook`) is recorded as the agent kept it: only its shape
+//! is checked, and its ids are the agent's own.
 
 use serde::{Deserialize, Serialize};
 
@@ -18,6 +22,26 @@ pub enum StepStatus {
     Pending,
     InProgress,
     Completed,
+    /// Dropped without being done (observed plans only).
+    Cancelled,
+}
+
+impl StepStatus {
+    /// Whether the step needs no more work: completed or cancelled.
+    pub fn is_finished(self) -> bool {
+        matches!(self, StepStatus::Completed | StepStatus::Cancelled)
+    }
+}
+
+/// Where a checklist comes from.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PlanSource {
+    /// Cairn's own tools: every checklist rule applies.
+    #[default]
+    Tool,
+    /// An agent's own planning tool, mirrored: recorded as it is.
+    Observed,
 }
 
 /// One stored checklist item.
@@ -29,6 +53,9 @@ pub struct PlanItem {
     pub step: String,
     /// Where it stands.
     pub status: StepStatus,
+    /// Ids of the items it waits for (observed plans).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub blocked_by: Vec<u32>,
 }
 
 /// A session's stored checklist.
@@ -42,12 +69,16 @@ pub struct Checklist {
     /// Next id to hand out. Ids are never reused within a session, so an id
     /// seen by a watcher always means the same item.
     pub next_id: u32,
+    /// Where the items come from.
+    #[serde(skip_serializing_if = "crate::is_zero")]
+    pub source: PlanSource,
 }
 
 impl Checklist {
-    /// True when there is at least one item and every item is completed.
+    /// True when there is at least one item and every item is finished
+    /// (completed, or cancelled in an observed plan).
     pub fn is_complete(&self) -> bool {
-        !self.items.is_empty() && self.items.iter().all(|i| i.status == StepStatus::Completed)
+        !self.items.is_empty() && self.items.iter().all(|i| i.status.is_finished())
     }
 }
 
@@ -61,6 +92,8 @@ pub struct ItemInput {
     pub step: String,
     /// `None` when the client sent no (or an unknown) status.
     pub status: Option<StepStatus>,
+    /// Ids of the items it waits for (kept in observed plans only).
+    pub blocked_by: Vec<u32>,
 }
 
 /// A validated `update_plan` call.
@@ -70,12 +103,15 @@ pub struct PlanUpdate {
     pub explanation: String,
     /// The whole new checklist.
     pub items: Vec<ItemInput>,
+    /// A tool plan, or an agent's own plan observed.
+    pub source: PlanSource,
 }
 
 /// Checks an update against every checklist rule and limit.
 pub fn validate_update(update: &PlanUpdate, limits: &Limits) -> Result<()> {
     limits.check_text(|| "explanation".into(), &update.explanation)?;
-    if update.items.is_empty() {
+    // An agent may delete every task it had: its plan is then empty.
+    if update.items.is_empty() && update.source != PlanSource::Observed {
         return Err(Error::invalid("plan", "must contain at least one step"));
     }
     Limits::check_count(
@@ -84,14 +120,48 @@ pub fn validate_update(update: &PlanUpdate, limits: &Limits) -> Result<()> {
         limits.max_plan_steps,
         update.items.len(),
     )?;
+    let observed = update.source == PlanSource::Observed;
     for (i, item) in update.items.iter().enumerate() {
         limits.check_required_text(|| format!("plan[{i}].step"), &item.step)?;
-        if item.status.is_none() {
-            return Err(Error::invalid(
-                format!("plan[{i}].status"),
-                "must be pending, in_progress or completed",
-            ));
+        match item.status {
+            None => {
+                return Err(Error::invalid(
+                    format!("plan[{i}].status"),
+                    if observed {
+                        "must be pending, in_progress, completed or cancelled"
+                    } else {
+                        "must be pending, in_progress or completed"
+                    },
+                ));
+            }
+            Some(StepStatus::Cancelled) if !observed => {
+                return Err(Error::invalid(
+                    format!("plan[{i}].status"),
+                    "cancelled is kept only in observed plans: must be pending, in_progress or completed",
+                ));
+            }
+            Some(_) => {}
         }
+        Limits::check_count(
+            &format!("plan[{i}].blocked_by"),
+            "number of blocking steps",
+            limits.max_plan_steps,
+            item.blocked_by.len(),
+        )?;
+    }
+    if observed {
+        // What the agent did, as it did it: ids must still name one item
+        // each, so that watchers can follow them.
+        let mut seen = std::collections::HashSet::new();
+        for (i, item) in update.items.iter().enumerate() {
+            if item.id != 0 && !seen.insert(item.id) {
+                return Err(Error::invalid(
+                    format!("plan[{i}].id"),
+                    "another step of the plan has this id",
+                ));
+            }
+        }
+        return Ok(());
     }
     let in_progress = update
         .items
@@ -108,7 +178,8 @@ pub fn validate_update(update: &PlanUpdate, limits: &Limits) -> Result<()> {
 /// when the plan should be stored. A threshold of 0 turns the hint off.
 pub fn simple_task_hint(update: &PlanUpdate, threshold: usize) -> Option<String> {
     let n = update.items.len();
-    if n == 0 || n >= threshold {
+    // An observed plan is the agent's own: recorded however short.
+    if n == 0 || n >= threshold || update.source == PlanSource::Observed {
         return None;
     }
     let first = &update.items[0].step;
@@ -125,6 +196,9 @@ pub fn simple_task_hint(update: &PlanUpdate, threshold: usize) -> Option<String>
 /// (first match in order, so duplicates pair up in order). Everything else
 /// gets a fresh id. Call [`validate_update`] first.
 pub fn apply_update(prev: &Checklist, update: PlanUpdate) -> Checklist {
+    if update.source == PlanSource::Observed {
+        return apply_observed(prev, update);
+    }
     let mut claimed = vec![false; prev.items.len()];
     let mut next_id = prev.next_id.max(1);
     let mut ids: Vec<Option<u32>> = vec![None; update.items.len()];
@@ -173,6 +247,7 @@ pub fn apply_update(prev: &Checklist, update: PlanUpdate) -> Checklist {
                 id,
                 step: input.step,
                 status: input.status.unwrap_or_default(),
+                blocked_by: Vec::new(),
             }
         })
         .collect();
@@ -180,6 +255,57 @@ pub fn apply_update(prev: &Checklist, update: PlanUpdate) -> Checklist {
         explanation: update.explanation,
         items,
         next_id,
+        source: PlanSource::Tool,
+    }
+}
+
+/// An observed plan as the agent kept it: its ids where it gave them, its
+/// statuses and dependencies as they are. An item without an id (Codex's
+/// and Gemini's lists have none) keeps the id of an unclaimed previous item
+/// with the same text, as in a tool plan, or gets a fresh one above every
+/// id seen.
+fn apply_observed(prev: &Checklist, update: PlanUpdate) -> Checklist {
+    let given: std::collections::HashSet<u32> = update
+        .items
+        .iter()
+        .map(|i| i.id)
+        .filter(|id| *id != 0)
+        .collect();
+    let highest = given.iter().copied().max().unwrap_or(0);
+    let mut next_id = prev.next_id.max(highest.saturating_add(1)).max(1);
+    let mut claimed: Vec<bool> = prev.items.iter().map(|p| given.contains(&p.id)).collect();
+    let items = update
+        .items
+        .into_iter()
+        .map(|input| {
+            let id = if input.id != 0 {
+                input.id
+            } else if let Some(pos) = prev
+                .items
+                .iter()
+                .enumerate()
+                .position(|(p, old)| !claimed[p] && old.step == input.step)
+            {
+                claimed[pos] = true;
+                prev.items[pos].id
+            } else {
+                let id = next_id;
+                next_id = next_id.saturating_add(1);
+                id
+            };
+            PlanItem {
+                id,
+                step: input.step,
+                status: input.status.unwrap_or_default(),
+                blocked_by: input.blocked_by,
+            }
+        })
+        .collect();
+    Checklist {
+        explanation: update.explanation,
+        items,
+        next_id,
+        source: PlanSource::Observed,
     }
 }
 
@@ -193,6 +319,7 @@ mod tests {
             id: 0,
             step: step.into(),
             status: Some(status),
+            blocked_by: Vec::new(),
         }
     }
 
@@ -200,6 +327,7 @@ mod tests {
         PlanUpdate {
             explanation: "why".into(),
             items,
+            source: PlanSource::Tool,
         }
     }
 
@@ -369,10 +497,75 @@ mod tests {
                 id,
                 step,
                 status: Some(status),
+                blocked_by: Vec::new(),
             }),
             0..8,
         )
         .prop_map(update)
+    }
+
+    fn observed(items: Vec<(u32, &str, StepStatus)>) -> PlanUpdate {
+        PlanUpdate {
+            explanation: String::new(),
+            items: items
+                .into_iter()
+                .map(|(id, step, status)| ItemInput {
+                    id,
+                    step: step.into(),
+                    status: Some(status),
+                    blocked_by: Vec::new(),
+                })
+                .collect(),
+            source: PlanSource::Observed,
+        }
+    }
+
+    #[test]
+    fn an_observed_plan_is_recorded_as_the_agent_kept_it() {
+        let limits = Limits::default();
+        // Two in progress, a cancelled step, one step: all stored as they are.
+        let u = observed(vec![
+            (7, "Write the parser", InProgress),
+            (3, "Add tests", InProgress),
+            (0, "Old idea", StepStatus::Cancelled),
+        ]);
+        validate_update(&u, &limits).unwrap();
+        assert_eq!(simple_task_hint(&u, 4), None);
+        let list = apply_update(&Checklist::default(), u);
+        let ids: Vec<u32> = list.items.iter().map(|i| i.id).collect();
+        assert_eq!(ids, [7, 3, 8], "the agent's ids, a fresh one above them");
+        assert_eq!(list.source, PlanSource::Observed);
+        let one = observed(vec![(1, "Only step", Pending)]);
+        assert_eq!(simple_task_hint(&one, 4), None);
+        // Finished is completed or cancelled.
+        let done = apply_update(
+            &list,
+            observed(vec![(7, "a", Completed), (3, "b", StepStatus::Cancelled)]),
+        );
+        assert!(done.is_complete());
+        // A list without ids keeps its items' ids by their text.
+        let first = apply_update(
+            &Checklist::default(),
+            observed(vec![(0, "a", InProgress), (0, "b", Pending)]),
+        );
+        let next = apply_update(
+            &first,
+            observed(vec![(0, "a", Completed), (0, "b", InProgress)]),
+        );
+        assert_eq!(
+            first.items.iter().map(|i| i.id).collect::<Vec<_>>(),
+            next.items.iter().map(|i| i.id).collect::<Vec<_>>()
+        );
+        // Ids still name one step each.
+        let twice = observed(vec![(1, "a", Pending), (1, "b", Pending)]);
+        assert!(validate_update(&twice, &limits).is_err());
+    }
+
+    #[test]
+    fn a_tool_plan_cannot_cancel_a_step() {
+        let u = update(vec![item("a", StepStatus::Cancelled)]);
+        let e = validate_update(&u, &Limits::default()).unwrap_err();
+        assert!(e.to_string().contains("observed"), "{e}");
     }
 
     proptest! {
@@ -408,7 +601,8 @@ mod tests {
             let once = apply_update(&Checklist::default(), u);
             let again = PlanUpdate {
                 explanation: once.explanation.clone(),
-                items: once.items.iter().map(|i| ItemInput { id: 0, step: i.step.clone(), status: Some(i.status) }).collect(),
+                items: once.items.iter().map(|i| ItemInput { id: 0, step: i.step.clone(), status: Some(i.status), blocked_by: Vec::new() }).collect(),
+                source: PlanSource::Tool,
             };
             prop_assert_eq!(apply_update(&once, again), once);
         }

@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::limits::Limits;
-use crate::plan::{Checklist, PlanItem, StepStatus};
+use crate::plan::{Checklist, PlanItem, PlanSource, StepStatus};
 use crate::time::{Micros, civil_from_days};
 
 /// The session's mode. Execution of an approved plan happens in `Normal`.
@@ -389,6 +389,7 @@ pub fn project_checklist(active: &ActivePlan, prev: &Checklist) -> Checklist {
             } else {
                 StepStatus::Pending
             },
+            blocked_by: Vec::new(),
         })
         .collect();
     let max_id = items.iter().map(|i| i.id).max().unwrap_or(0);
@@ -396,6 +397,7 @@ pub fn project_checklist(active: &ActivePlan, prev: &Checklist) -> Checklist {
         explanation: active.plan.summary.clone(),
         items,
         next_id: prev.next_id.max(max_id.saturating_add(1)),
+        source: PlanSource::Tool,
     }
 }
 

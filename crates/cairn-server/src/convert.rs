@@ -15,7 +15,7 @@ use cairn_core::command::{
     Decision, PlanCommand, PlanWrite, SessionCommand, SessionPatch, TodoCommand,
 };
 use cairn_core::error::{Error, Result};
-use cairn_core::plan::{ItemInput, PlanItem, PlanUpdate, StepStatus};
+use cairn_core::plan::{ItemInput, PlanItem, PlanSource, PlanUpdate, StepStatus};
 use cairn_core::plan_mode::{
     ActivePlan, Complexity, HistoryEntry, ImplementationPlan, Mode, Modification,
     ModificationRequest, Outcome, PendingPlan, Step, StepCompletion,
@@ -92,6 +92,7 @@ fn step_status_in(v: i32) -> Option<StepStatus> {
         pb::StepStatus::Pending => Some(StepStatus::Pending),
         pb::StepStatus::InProgress => Some(StepStatus::InProgress),
         pb::StepStatus::Completed => Some(StepStatus::Completed),
+        pb::StepStatus::Cancelled => Some(StepStatus::Cancelled),
     }
 }
 
@@ -100,21 +101,43 @@ fn step_status_out(s: StepStatus) -> pb::StepStatus {
         StepStatus::Pending => pb::StepStatus::Pending,
         StepStatus::InProgress => pb::StepStatus::InProgress,
         StepStatus::Completed => pb::StepStatus::Completed,
+        StepStatus::Cancelled => pb::StepStatus::Cancelled,
     }
 }
 
-/// An `UpdatePlan` request's checklist.
-pub fn plan_update(explanation: String, items: Vec<pb::PlanItem>) -> PlanUpdate {
+fn source_out(s: PlanSource) -> pb::PlanSource {
+    match s {
+        PlanSource::Tool => pb::PlanSource::Tool,
+        PlanSource::Observed => pb::PlanSource::Observed,
+    }
+}
+
+/// An `UpdatePlan` request's checklist; `source` as the request sets it
+/// (unset and unknown values are a tool plan, under every rule).
+pub fn plan_update(explanation: String, items: Vec<pb::PlanItem>, source: i32) -> PlanUpdate {
+    let source = match pb::PlanSource::try_from(source) {
+        Ok(pb::PlanSource::Observed) => PlanSource::Observed,
+        Ok(pb::PlanSource::Tool | pb::PlanSource::Unspecified) | Err(_) => PlanSource::Tool,
+    };
     PlanUpdate {
         explanation,
         items: items
             .into_iter()
-            .map(|pb::PlanItem { id, step, status }| ItemInput {
-                id,
-                step,
-                status: step_status_in(status),
-            })
+            .map(
+                |pb::PlanItem {
+                     id,
+                     step,
+                     status,
+                     blocked_by,
+                 }| ItemInput {
+                    id,
+                    step,
+                    status: step_status_in(status),
+                    blocked_by,
+                },
+            )
             .collect(),
+        source,
     }
 }
 
@@ -125,6 +148,7 @@ pub fn plan_item(i: PlanItem) -> pb::PlanItem {
             id: i.id,
             step: i.step,
             status: step_status_out(i.status).into(),
+            blocked_by: i.blocked_by,
         }
     }
 }
@@ -141,6 +165,7 @@ pub fn unstored_items(update: &PlanUpdate) -> Vec<pb::PlanItem> {
                 .status
                 .map_or(pb::StepStatus::Unspecified, step_status_out)
                 .into(),
+            blocked_by: i.blocked_by.clone(),
         })
         .collect()
 }
@@ -155,6 +180,7 @@ pub fn plan(r: PlanRecord) -> pb::Plan {
         status: Some(status),
         revision: r.revision,
         update_time: timestamp(r.update_time),
+        source: source_out(r.plan.checklist.source).into(),
     }
 }
 
@@ -541,59 +567,6 @@ pub fn event(d: crate::watch::Delivered) -> pb::Event {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn timestamps() {
-        assert_eq!(timestamp(0), None);
-        assert_eq!(
-            timestamp(1_500_001),
-            Some(Timestamp {
-                seconds: 1,
-                nanos: 500_001_000
-            })
-        );
-    }
-
-    #[test]
-    fn unknown_enum_values_are_not_silently_defaulted() {
-        let item = |priority| pb::TodoItem {
-            id: "a".into(),
-            content: "c".into(),
-            status: 42,
-            priority,
-            create_time: None,
-            update_time: None,
-        };
-        let t = todo_input(0, item(0)).unwrap();
-        assert_eq!(t.status, None);
-        assert_eq!(t.priority, None);
-        assert_eq!(
-            todo_inputs(vec![item(1), item(99)]).unwrap_err(),
-            Error::invalid(
-                "todos[1].priority",
-                "unknown value 99: use PRIORITY_HIGH, PRIORITY_MEDIUM or PRIORITY_LOW"
-            )
-        );
-        let plan = pb::ImplementationPlan {
-            estimated_complexity: 99,
-            ..Default::default()
-        };
-        assert!(implementation_plan_in(plan).is_err());
-        let u = plan_update(
-            String::new(),
-            vec![pb::PlanItem {
-                id: 0,
-                step: "s".into(),
-                status: 0,
-            }],
-        );
-        assert_eq!(u.items[0].status, None);
-    }
-}
-
 /// A request that is one write to a session's plan: converted into the
 /// command the store applies.
 pub trait PlanRequest: prost::Message + Sized {
@@ -710,4 +683,59 @@ pub fn write_todos(req: pb::WriteTodosRequest) -> Result<TodoCommand> {
         items: todo_inputs(todos)?,
         expected_revision,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timestamps() {
+        assert_eq!(timestamp(0), None);
+        assert_eq!(
+            timestamp(1_500_001),
+            Some(Timestamp {
+                seconds: 1,
+                nanos: 500_001_000
+            })
+        );
+    }
+
+    #[test]
+    fn unknown_enum_values_are_not_silently_defaulted() {
+        let item = |priority| pb::TodoItem {
+            id: "a".into(),
+            content: "c".into(),
+            status: 42,
+            priority,
+            create_time: None,
+            update_time: None,
+        };
+        let t = todo_input(0, item(0)).unwrap();
+        assert_eq!(t.status, None);
+        assert_eq!(t.priority, None);
+        assert_eq!(
+            todo_inputs(vec![item(1), item(99)]).unwrap_err(),
+            Error::invalid(
+                "todos[1].priority",
+                "unknown value 99: use PRIORITY_HIGH, PRIORITY_MEDIUM or PRIORITY_LOW"
+            )
+        );
+        let plan = pb::ImplementationPlan {
+            estimated_complexity: 99,
+            ..Default::default()
+        };
+        assert!(implementation_plan_in(plan).is_err());
+        let u = plan_update(
+            String::new(),
+            vec![pb::PlanItem {
+                id: 0,
+                step: "s".into(),
+                status: 0,
+                blocked_by: Vec::new(),
+            }],
+            0,
+        );
+        assert_eq!(u.items[0].status, None);
+    }
 }

@@ -7,6 +7,7 @@ pub fn item(step: &str, status: pb::StepStatus) -> pb::PlanItem {
         id: 0,
         step: step.into(),
         status: status.into(),
+        blocked_by: Vec::new(),
     }
 }
 
@@ -28,6 +29,7 @@ pub fn update(session: &str, items: Vec<pb::PlanItem>) -> pb::UpdatePlanRequest 
         explanation: "Implement user authentication".into(),
         plan: items,
         expected_revision: None,
+        source: pb::PlanSource::Unspecified.into(),
     }
 }
 

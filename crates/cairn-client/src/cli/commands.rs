@@ -21,6 +21,7 @@ fn plan_box(p: &pb::Plan) -> String {
         .map(|i| {
             let mark = match i.status() {
                 pb::StepStatus::Completed => Mark::Done,
+                pb::StepStatus::Cancelled => Mark::Cancelled,
                 pb::StepStatus::InProgress => Mark::Active,
                 pb::StepStatus::Pending | pb::StepStatus::Unspecified => Mark::Pending,
             };

@@ -37,6 +37,8 @@ pub enum Mark {
     Done,
     Active,
     Pending,
+    /// Dropped without being done (an observed agent's plan).
+    Cancelled,
 }
 
 impl Mark {
@@ -45,6 +47,7 @@ impl Mark {
             Mark::Done => "✓",
             Mark::Active => "▶",
             Mark::Pending => "○",
+            Mark::Cancelled => "✗",
         }
     }
 }
@@ -79,7 +82,9 @@ pub fn task_box(items: &[(Mark, String)], color: bool) -> String {
             // Style the text, not the space after the glyph.
             let (glyph, text) = line.split_at(mark.glyph().len() + 1);
             match mark {
-                Mark::Done => format!("{DIM}{glyph}{RESET}{STRIKE}{text}{RESET}"),
+                Mark::Done | Mark::Cancelled => {
+                    format!("{DIM}{glyph}{RESET}{STRIKE}{text}{RESET}")
+                }
                 Mark::Active => format!("{BOLD}{glyph}{text}{RESET}"),
                 Mark::Pending => line.clone(),
             }

@@ -82,10 +82,11 @@ impl PlanApi {
             explanation,
             plan,
             expected_revision,
+            source,
         } = req;
         let policy = &self.state.policy;
         policy.limits.check_resource_id("session_id", &session_id)?;
-        let update = convert::plan_update(explanation, plan);
+        let update = convert::plan_update(explanation, plan, source);
         validate_update(&update, &policy.limits)?;
         if let Some(hint) = simple_task_hint(&update, policy.simple_task_threshold) {
             // Not stored, so nothing is written and no revision is used.

@@ -15,8 +15,8 @@ function taskList(items, textOf) {
   if (!items.length) return el("p", "todo-empty", "No tasks");
   const ul = el("ul", "todo-list");
   for (const item of items) {
-    const cls = { completed: "todo-done", in_progress: "todo-active", pending: "todo-pending" }[item.status] || "todo-pending";
-    const icon = { completed: ["todo-check", "✓"], in_progress: ["todo-arrow", "▶"], pending: ["todo-circle", "○"] }[item.status] || ["todo-circle", "○"];
+    const cls = { completed: "todo-done", in_progress: "todo-active", pending: "todo-pending", cancelled: "todo-done todo-cancelled" }[item.status] || "todo-pending";
+    const icon = { completed: ["todo-check", "✓"], in_progress: ["todo-arrow", "▶"], pending: ["todo-circle", "○"], cancelled: ["todo-cross", "✗"] }[item.status] || ["todo-circle", "○"];
     const li = el("li", "todo-item " + cls);
     li.append(el("span", icon[0], icon[1]), el("span", "todo-text", textOf(item)));
     if (item.priority) li.append(el("span", "priority", item.priority));
@@ -44,6 +44,7 @@ function sessionCard(id, byParent) {
   const head = el("div", "session-head");
   head.append(el("span", "session-id", id));
   if (s.agent_id) head.append(el("span", "agent", s.agent_id));
+  if (p && p.source === "observed") head.append(el("span", "badge observed", "observed"));
   const mode = p ? p.mode : "normal";
   if (mode !== "normal") head.append(el("span", "badge " + mode, mode.replace("_", " ")));
   const items = p ? p.plan : [];
