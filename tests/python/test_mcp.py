@@ -266,3 +266,28 @@ def test_malformed_input_lines_get_a_parse_error():
     finally:
         proc.stdin.close()
         proc.wait(timeout=10)
+
+
+def test_every_tool_says_what_it_does_and_statuses_are_enums(server_addr):
+    """Annotations that say the truth (Codex decides from them whether a call
+    needs approval), and schemas a model need not guess from prose."""
+
+    async def body(mcp):
+        return (await mcp.list_tools()).tools
+
+    tools = {t.name: t for t in run(with_agent(server_addr, "annotated", "annotated", body))}
+    read_only = {"todo_read", "plan_status", "wait", "check_action"}
+    for name, tool in tools.items():
+        a = tool.annotations
+        assert a is not None and a.title, name
+        assert a.read_only_hint == (name in read_only), name
+        assert a.open_world_hint is False, name
+        if name not in read_only:
+            assert a.destructive_hint == (name in {"update_plan", "todo_write", "plan_reject"}), name
+    status = json.dumps(tools["update_plan"].input_schema)
+    assert '"enum": ["pending", "in_progress", "completed"]' in status, status
+    todo = json.dumps(tools["todo_write"].input_schema)
+    assert '"enum": ["pending", "in_progress", "completed"]' in todo, todo
+    exit_schema = json.dumps(tools["plan_exit"].input_schema)
+    assert '"minimum": 1' in exit_schema, exit_schema
+    assert "Cairn" in tools["update_plan"].description

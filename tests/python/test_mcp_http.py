@@ -3,6 +3,7 @@ listener, driven by the official Python MCP client as a remote agent would:
 a URL and a token, no local binary."""
 
 import asyncio
+import concurrent.futures
 import json
 import subprocess
 import tempfile
@@ -165,3 +166,97 @@ def test_with_auth_the_token_must_act_as_the_agent():
         assert r.status_code == 401
     finally:
         _stop(proc, ch)
+
+
+def _post(url, body, **headers):
+    return httpx2.post(
+        url,
+        content=body if isinstance(body, (bytes, str)) else json.dumps(body),
+        headers={"Accept": "application/json, text/event-stream", "Content-Type": "application/json", **headers},
+        timeout=10,
+    )
+
+
+def test_json_rpc_errors_as_clients_expect_and_localhost_is_this_listener():
+    """What the MCP conformance suite checks of a server, beyond the happy
+    path: malformed bodies, missing params, and the loopback names."""
+    port, web, metrics = _free_port(), _free_port(), _free_port()
+    data = tempfile.mkdtemp(prefix="cairn-mcp-http-")
+    proc = subprocess.Popen(
+        [BINARY, "serve", "--listen", f"127.0.0.1:{port}", "--web-listen", f"127.0.0.1:{web}",
+         "--metrics-listen", f"127.0.0.1:{metrics}", "--data-dir", data],
+        stderr=subprocess.DEVNULL,
+    )
+    ch = grpc.insecure_channel(f"127.0.0.1:{port}")
+    grpc.channel_ready_future(ch).result(timeout=30)
+    base = f"http://127.0.0.1:{web}"
+    try:
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            try:
+                httpx2.get(f"{base}/login", timeout=2)
+                break
+            except httpx2.HTTPError:
+                time.sleep(0.1)
+        url = f"{base}/mcp?agent_id=conf"
+        r = _post(url, b"{not json")
+        assert r.status_code == 400 and r.json()["error"]["code"] == -32700, r.text
+        r = _post(url, {"id": 1, "method": "ping"})
+        assert r.status_code == 400 and r.json()["error"]["code"] == -32600, r.text
+        for method in ["tools/call", "initialize"]:
+            r = _post(url, {"jsonrpc": "2.0", "id": 7, "method": method})
+            body = r.json()
+            assert body["error"]["code"] == -32602 and body["id"] == 7, r.text
+        # A page of this listener under `localhost` may call it; another
+        # origin may not (DNS rebinding).
+        init = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
+        r = _post(url, init, Origin=f"http://localhost:{web}")
+        assert r.status_code == 200, r.text
+        r = _post(url, init, Origin="http://evil.example")
+        assert r.status_code == 403, r.text
+
+        # Tools are made per request, but the agent's session is created
+        # once: three calls, one CreateSession.
+        async def three(mcp):
+            for _ in range(3):
+                err, text = await _call(mcp, "todo_read")
+                assert not err, text
+            await _call(mcp, "update_plan", plan=_steps(4, 1))
+            await _call(mcp, "update_plan", plan=_steps(4, 2))
+
+        asyncio.run(_agent(f"{base}/mcp?agent_id=once&session_id=once", three))
+        text = httpx2.get(f"http://127.0.0.1:{metrics}/metrics", timeout=5).text
+        created = [
+            line for line in text.splitlines()
+            if line.startswith("cairn_rpc_requests_total") and 'method="CreateSession"' in line
+        ]
+        assert sum(float(line.rsplit(" ", 1)[1]) for line in created) == 1, created
+    finally:
+        _stop(proc, ch)
+
+
+def test_a_cancelled_wait_stops(open_server):
+    """notifications/cancelled over HTTP ends the running call: the wait
+    answers at once instead of after its timeout."""
+    _, web = open_server
+    url = f"{web}/mcp?agent_id=waiter&session_id=waiter"
+    init = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+            "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
+    assert _post(url, init).status_code == 200
+    _post(url, {"jsonrpc": "2.0", "method": "notifications/initialized"})
+    _post(url, {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                "params": {"name": "update_plan", "arguments": {"plan": _steps(4, 1)}}})
+    call = {"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+            "params": {"name": "wait", "arguments": {"session_ids": ["waiter"], "timeout_seconds": 60}}}
+    with concurrent.futures.ThreadPoolExecutor() as pool:
+        waiting = pool.submit(lambda: httpx2.post(
+            url, json=call, headers={"Accept": "application/json, text/event-stream"}, timeout=90))
+        time.sleep(1)
+        assert not waiting.done()
+        r = _post(url, {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 3}})
+        assert r.status_code in (200, 202), r.text
+        answer = waiting.result(timeout=90)
+    # Ended by the cancellation (its error), not by the 60 s timeout (which
+    # would answer the tool's result).
+    assert answer.json()["error"]["code"] == -32800, answer.text

@@ -56,6 +56,7 @@ pub struct PlanEnterArgs {
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 pub struct StepArg {
     /// Unique positive id.
+    #[schemars(range(min = 1))]
     pub id: u32,
     /// What the step does.
     pub description: String,
@@ -95,8 +96,9 @@ pub struct PlanArg {
     /// Tests to write.
     #[serde(default)]
     pub tests_to_write: Vec<String>,
-    /// "small", "medium" or "large".
+    /// How big the work is.
     #[serde(default)]
+    #[schemars(extend("enum" = ["small", "medium", "large", null]))]
     pub estimated_complexity: Option<String>,
 }
 
@@ -119,6 +121,7 @@ pub struct PlanRejectArgs {
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 pub struct StepCompleteArgs {
     /// The step to mark completed.
+    #[schemars(range(min = 1))]
     pub step_id: u32,
     /// Output of the step's verification command.
     pub verification_result: String,
@@ -138,6 +141,7 @@ pub struct PlanCompleteArgs {
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 pub struct PlanModifyArgs {
     /// The step to change.
+    #[schemars(range(min = 1))]
     pub step_id: u32,
     /// Why.
     pub reason: String,

@@ -10,7 +10,8 @@
 //! every call, exactly as for `cairn mcp` on stdio. With authentication on,
 //! the token's principal must also hold the agent id it names.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use axum::Router;
@@ -23,6 +24,7 @@ use http::{HeaderValue, StatusCode};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use serde::Deserialize;
+use tokio::sync::OnceCell;
 use tonic::transport::Channel;
 use tower::ServiceExt as _;
 
@@ -55,30 +57,58 @@ struct AgentQuery {
     parent_session_id: Option<String>,
 }
 
+/// The sessions `/mcp` has made sure of, by session and parent: each is
+/// created (or found) once, not on every call. Bounded: when full it
+/// starts over, which costs one more create per session.
+#[derive(Debug, Default)]
+struct Ensured(Mutex<HashMap<(String, String), Cell>>);
+
+/// Whether one session is made sure of.
+type Cell = Arc<OnceCell<()>>;
+
+/// Sessions remembered at most.
+const ENSURED_SESSIONS: usize = 4096;
+
+impl Ensured {
+    fn cell(&self, session: &str, parent: &str) -> Cell {
+        let mut known = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if known.len() >= ENSURED_SESSIONS {
+            known.clear();
+        }
+        Arc::clone(
+            known
+                .entry((session.to_owned(), parent.to_owned()))
+                .or_default(),
+        )
+    }
+}
+
+/// What every `/mcp` request shares.
+#[derive(Debug)]
+struct Shared {
+    config: McpHttp,
+    ensured: Ensured,
+    running: Running,
+}
+
 /// The `/mcp` route.
 pub fn router(config: McpHttp) -> Router {
     Router::new()
         .route("/mcp", any(serve))
-        .with_state(Arc::new(config))
+        .with_state(Arc::new(Shared {
+            config,
+            ensured: Ensured::default(),
+            running: Running::default(),
+        }))
 }
 
 fn refuse(status: StatusCode, message: &str) -> Response {
     // A JSON-RPC error object, which MCP clients show as it is.
-    let body = serde_json::json!({
-        "jsonrpc": "2.0",
-        "id": null,
-        "error": {"code": -32600, "message": message},
-    });
-    (
-        status,
-        [(http::header::CONTENT_TYPE, "application/json")],
-        body.to_string(),
-    )
-        .into_response()
+    json_rpc_error(status, "null", -32600, message)
 }
 
 async fn serve(
-    State(config): State<Arc<McpHttp>>,
+    State(shared): State<Arc<Shared>>,
     Query(agent): Query<AgentQuery>,
     request: Request,
 ) -> Response {
@@ -88,6 +118,7 @@ async fn serve(
             "the agent_id query parameter is required: /mcp?agent_id=…&session_id=…&parent_session_id=…",
         );
     };
+    let config = &shared.config;
     let token: Option<HeaderValue> = request
         .headers()
         .get(http::header::AUTHORIZATION)
@@ -97,30 +128,10 @@ async fn serve(
             v
         });
     let api = Api::with(config.channel.clone(), token, config.call_timeout);
-    if config.auth {
-        // The principal must act as this agent: an agent's token names its
-        // agent ids, and nobody else's tools may speak for it.
-        let who = pb::auth_service_client::AuthServiceClient::new(api.clone())
-            .who_am_i(pb::WhoAmIRequest {})
-            .await;
-        match who {
-            Ok(w) => {
-                let holds = w
-                    .into_inner()
-                    .principal
-                    .is_some_and(|p| p.agent_ids.contains(&agent_id));
-                if !holds {
-                    return refuse(
-                        StatusCode::FORBIDDEN,
-                        &format!("this token's principal does not act as agent {agent_id}"),
-                    );
-                }
-            }
-            Err(s) if s.code() == tonic::Code::Unauthenticated => {
-                return refuse(StatusCode::UNAUTHORIZED, s.message());
-            }
-            Err(s) => return refuse(StatusCode::SERVICE_UNAVAILABLE, s.message()),
-        }
+    if config.auth
+        && let Some(refused) = refuse_other_agents(&api, &agent_id).await
+    {
+        return refused;
     }
     let args = McpArgs {
         // Unused: the tools call through `api`.
@@ -136,7 +147,40 @@ async fn serve(
         parent_session_id: agent.parent_session_id.filter(|s| !s.is_empty()),
         call_timeout: config.call_timeout,
     };
-    let tools = CairnTools::new(args, api);
+    let ensured = shared.ensured.cell(
+        args.session_id.as_deref().unwrap_or(&args.agent_id),
+        args.parent_session_id.as_deref().unwrap_or_default(),
+    );
+    // Who may cancel this call: the same token, for the same agent and
+    // session (the request id alone is the client's counter).
+    let caller = format!(
+        "{}\u{0}{}\u{0}{}",
+        request
+            .headers()
+            .get(http::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default(),
+        args.agent_id,
+        args.session_id.as_deref().unwrap_or_default(),
+    );
+    let tools = CairnTools::sharing(args, api, ensured);
+    let (parts, body) = request.into_parts();
+    let Ok(bytes) = axum::body::to_bytes(body, MAX_BODY).await else {
+        return refuse(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "the request body is larger than 4 MiB or could not be read",
+        );
+    };
+    let mut call = None;
+    if parts.method == http::Method::POST {
+        match check_message(&bytes) {
+            Checked::Answer(response) => return response,
+            Checked::Call(id) => call = Some(format!("{caller}\u{0}{id}")),
+            Checked::Cancel(id) => shared.running.cancel(&format!("{caller}\u{0}{id}")),
+            Checked::Other => {}
+        }
+    }
+    let request = Request::from_parts(parts, Body::from(bytes));
     let mut http = StreamableHttpServerConfig::default();
     http.legacy_session_mode = false;
     http.json_response = true;
@@ -147,8 +191,168 @@ async fn serve(
         Arc::new(LocalSessionManager::default()),
         http,
     );
-    match service.oneshot(request.map(Body::new)).await {
-        Ok(response) => response.map(Body::new),
-        Err(never) => match never {},
+    let served = service.oneshot(request);
+    let Some(key) = call else {
+        return match served.await {
+            Ok(response) => response.map(Body::new),
+            Err(never) => match never {},
+        };
+    };
+    // A call runs until it answers or its client cancels it
+    // (`notifications/cancelled`, which arrives as another POST): dropping
+    // it ends what it waits on, such as a `wait`'s watch.
+    let mut cancelled = shared.running.start(&key);
+    let answer = tokio::select! {
+        served = served => match served {
+            Ok(response) => response.map(Body::new),
+            Err(never) => match never {},
+        },
+        Ok(id) = &mut cancelled => json_rpc_error(StatusCode::OK, &id, -32800, "request cancelled"),
+    };
+    shared.running.finish(&key);
+    answer
+}
+
+/// With authentication on, the principal must act as the agent the query
+/// names: an agent's token names its agent ids, and nobody else's tools
+/// may speak for it. `Some` is the refusal.
+async fn refuse_other_agents(api: &Api, agent_id: &str) -> Option<Response> {
+    let who = pb::auth_service_client::AuthServiceClient::new(api.clone())
+        .who_am_i(pb::WhoAmIRequest {})
+        .await;
+    match who {
+        Ok(w) => {
+            let holds = w
+                .into_inner()
+                .principal
+                .is_some_and(|p| p.agent_ids.iter().any(|a| a == agent_id));
+            (!holds).then(|| {
+                refuse(
+                    StatusCode::FORBIDDEN,
+                    &format!("this token's principal does not act as agent {agent_id}"),
+                )
+            })
+        }
+        Err(s) if s.code() == tonic::Code::Unauthenticated => {
+            Some(refuse(StatusCode::UNAUTHORIZED, s.message()))
+        }
+        Err(s) => Some(refuse(StatusCode::SERVICE_UNAVAILABLE, s.message())),
+    }
+}
+
+/// Largest request body `/mcp` reads.
+const MAX_BODY: usize = 4 * 1024 * 1024;
+
+/// What a POSTed message is, as far as `/mcp` itself must know.
+enum Checked {
+    /// Answered here: not JSON, not JSON-RPC, or a request whose params
+    /// are missing.
+    Answer(Response),
+    /// A request, by its id (as JSON text).
+    Call(String),
+    /// `notifications/cancelled` for the request with this id.
+    Cancel(String),
+    /// Anything else, for the MCP service.
+    Other,
+}
+
+/// Checks a POSTed body the way JSON-RPC clients expect (the MCP service
+/// alone answers a malformed one with a bare `415`): not JSON is `-32700`,
+/// not a JSON-RPC message `-32600`, both with `400`; a request that needs
+/// params and has none is `-32602`.
+fn check_message(body: &[u8]) -> Checked {
+    let Ok(message) = serde_json::from_slice::<serde_json::Value>(body) else {
+        return Checked::Answer(json_rpc_error(
+            StatusCode::BAD_REQUEST,
+            "null",
+            -32700,
+            "parse error: the body is not JSON",
+        ));
+    };
+    let id = message
+        .get("id")
+        .map_or_else(|| "null".to_owned(), ToString::to_string);
+    let valid = message.get("jsonrpc").and_then(|v| v.as_str()) == Some("2.0")
+        && (message
+            .get("method")
+            .is_some_and(serde_json::Value::is_string)
+            || message.get("result").is_some()
+            || message.get("error").is_some());
+    if !valid {
+        return Checked::Answer(json_rpc_error(
+            StatusCode::BAD_REQUEST,
+            &id,
+            -32600,
+            "invalid request: not a JSON-RPC 2.0 message",
+        ));
+    }
+    let method = message.get("method").and_then(|m| m.as_str());
+    let params = message.get("params");
+    match method {
+        Some("tools/call" | "initialize") if !params.is_some_and(serde_json::Value::is_object) => {
+            Checked::Answer(json_rpc_error(
+                StatusCode::OK,
+                &id,
+                -32602,
+                "invalid params: this method takes a params object",
+            ))
+        }
+        Some("notifications/cancelled") => params
+            .and_then(|p| p.get("requestId"))
+            .map_or(Checked::Other, |r| Checked::Cancel(r.to_string())),
+        Some(_) if message.get("id").is_some() => Checked::Call(id),
+        _ => Checked::Other,
+    }
+}
+
+/// A JSON-RPC error response; `id` is JSON text (`null` when unknown).
+fn json_rpc_error(status: StatusCode, id: &str, code: i64, message: &str) -> Response {
+    let id: serde_json::Value = serde_json::from_str(id).unwrap_or(serde_json::Value::Null);
+    let body = serde_json::json!({
+        "jsonrpc": "2.0",
+        "id": id,
+        "error": {"code": code, "message": message},
+    });
+    (
+        status,
+        [(http::header::CONTENT_TYPE, "application/json")],
+        body.to_string(),
+    )
+        .into_response()
+}
+
+/// Calls in progress, so that a client can cancel one.
+#[derive(Debug, Default)]
+struct Running(Mutex<HashMap<String, tokio::sync::oneshot::Sender<String>>>);
+
+impl Running {
+    /// Registers a call; the receiver fires with its id when it is
+    /// cancelled (and fails if the same key is registered again).
+    fn start(&self, key: &str) -> tokio::sync::oneshot::Receiver<String> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(key.to_owned(), tx);
+        rx
+    }
+
+    fn finish(&self, key: &str) {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(key);
+    }
+
+    fn cancel(&self, key: &str) {
+        let tx = self
+            .0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(key);
+        if let Some(tx) = tx {
+            let id = key.rsplit('\u{0}').next().unwrap_or("null").to_owned();
+            let _ = tx.send(id);
+        }
     }
 }

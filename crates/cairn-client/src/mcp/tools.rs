@@ -59,6 +59,13 @@ fn tool_error(status: &tonic::Status) -> Result<CallToolResult, McpError> {
 impl CairnTools {
     /// The server for one agent, over a (lazily connecting) channel.
     pub fn new(args: McpArgs, channel: Api) -> Self {
+        Self::sharing(args, channel, std::sync::Arc::default())
+    }
+
+    /// The same, with whether its session exists already known to others
+    /// (MCP over HTTP makes tools for every request: without it, each call
+    /// would create the session again).
+    pub fn sharing(args: McpArgs, channel: Api, ensured: std::sync::Arc<OnceCell<()>>) -> Self {
         let session_id = args
             .session_id
             .clone()
@@ -67,7 +74,7 @@ impl CairnTools {
             args,
             session_id,
             channel,
-            ensured: std::sync::Arc::new(OnceCell::new()),
+            ensured,
             tool_router: Self::tool_router(),
         }
     }
@@ -113,7 +120,14 @@ impl CairnTools {
 
     #[tool(
         name = "update_plan",
-        description = "Update the task plan: the whole ordered list of steps, each pending, in_progress or completed. At most one step can be in_progress at a time; statuses may skip ahead or go back. Use it for complex work (4+ distinct steps); for simpler tasks it answers with a hint to just do the work. Explain in `explanation` why the plan changes."
+        annotations(
+            title = "Update the plan checklist",
+            read_only_hint = false,
+            destructive_hint = true,
+            idempotent_hint = true,
+            open_world_hint = false
+        ),
+        description = "Update your Cairn plan (this server's checklist, durable and visible to your orchestrator, not a built-in plan tool of the same name): the whole ordered list of steps, each pending, in_progress or completed. At most one step can be in_progress at a time; statuses may skip ahead or go back. Use it for complex work (4+ distinct steps); for simpler tasks it answers with a hint to just do the work. Explain in `explanation` why the plan changes."
     )]
     async fn update_plan(
         &self,
@@ -144,6 +158,11 @@ impl CairnTools {
 
     #[tool(
         name = "todo_read",
+        annotations(
+            title = "Read your todo list",
+            read_only_hint = true,
+            open_world_hint = false
+        ),
         description = "Read your persistent todo list: every item with its id, content, status, priority and timestamps. The list belongs to you, not to a session, and survives restarts."
     )]
     async fn todo_read(
@@ -161,6 +180,13 @@ impl CairnTools {
 
     #[tool(
         name = "todo_write",
+        annotations(
+            title = "Replace your todo list",
+            read_only_hint = false,
+            destructive_hint = true,
+            idempotent_hint = true,
+            open_world_hint = false
+        ),
         description = "Replace your whole todo list (a full replace, not a patch). Only one item may be in_progress. Items you leave out are kept and marked completed; if every item you write is completed, the list starts clean. Use it only for genuinely complex work (3+ distinct steps) and mark items completed as soon as they are done."
     )]
     async fn todo_write(
@@ -184,7 +210,14 @@ impl CairnTools {
 
     #[tool(
         name = "plan_enter",
-        description = "Enter plan mode for complex work (building a feature, refactoring, multi-file changes): write tools (write_file, cron create/delete) are blocked until your plan is approved. Explore with read-only tools, then call plan_exit with the plan. Skip plan mode for simple tasks."
+        annotations(
+            title = "Enter plan mode",
+            read_only_hint = false,
+            destructive_hint = false,
+            idempotent_hint = false,
+            open_world_hint = false
+        ),
+        description = "Enter plan mode for complex work (building a feature, refactoring, multi-file changes): write tools (write_file, cron create/delete) are blocked until your plan is approved. Explore with read-only tools, then submit the plan with this server's plan_exit tool. Skip plan mode for simple tasks."
     )]
     async fn plan_enter(
         &self,
@@ -209,6 +242,13 @@ impl CairnTools {
 
     #[tool(
         name = "plan_exit",
+        annotations(
+            title = "Submit the plan for approval",
+            read_only_hint = false,
+            destructive_hint = false,
+            idempotent_hint = false,
+            open_world_hint = false
+        ),
         description = "Leave plan mode and present the implementation plan (summary, approach, alternatives, steps with files, dependencies and verification, risks, files, tests, complexity) for the user's approval. It does not start execution: wait for approval."
     )]
     async fn plan_exit(
@@ -262,6 +302,11 @@ impl CairnTools {
 
     #[tool(
         name = "plan_status",
+        annotations(
+            title = "Show plan mode status",
+            read_only_hint = true,
+            open_world_hint = false
+        ),
         description = "Show plan mode: the mode, the goal, the plan awaiting approval, and the active plan's progress and current step."
     )]
     async fn plan_status(
@@ -286,6 +331,13 @@ impl CairnTools {
 
     #[tool(
         name = "plan_approve",
+        annotations(
+            title = "Approve the pending plan",
+            read_only_hint = false,
+            destructive_hint = false,
+            idempotent_hint = false,
+            open_world_hint = false
+        ),
         description = "Approve the plan awaiting approval and start executing it. Call it when the user approves."
     )]
     async fn plan_approve(
@@ -310,6 +362,13 @@ impl CairnTools {
 
     #[tool(
         name = "plan_reject",
+        annotations(
+            title = "Reject the pending plan",
+            read_only_hint = false,
+            destructive_hint = true,
+            idempotent_hint = false,
+            open_world_hint = false
+        ),
         description = "Reject the plan awaiting approval and return to normal mode."
     )]
     async fn plan_reject(
@@ -334,6 +393,13 @@ impl CairnTools {
 
     #[tool(
         name = "plan_step_complete",
+        annotations(
+            title = "Complete a plan step",
+            read_only_hint = false,
+            destructive_hint = false,
+            idempotent_hint = false,
+            open_world_hint = false
+        ),
         description = "Mark a step of the approved plan completed, with the output of its verification. A step can only be completed after the steps it depends on."
     )]
     async fn plan_step_complete(
@@ -359,6 +425,13 @@ impl CairnTools {
 
     #[tool(
         name = "plan_complete",
+        annotations(
+            title = "Complete the active plan",
+            read_only_hint = false,
+            destructive_hint = false,
+            idempotent_hint = false,
+            open_world_hint = false
+        ),
         description = "Mark the whole plan completed with a summary. If steps were left undone, list the deviations from the plan."
     )]
     async fn plan_complete(
@@ -384,6 +457,13 @@ impl CairnTools {
 
     #[tool(
         name = "plan_modify",
+        annotations(
+            title = "Request a change to a step",
+            read_only_hint = false,
+            destructive_hint = false,
+            idempotent_hint = false,
+            open_world_hint = false
+        ),
         description = "Request a change to a step of the approved plan (new description, files or verification) with the reason. Nothing changes until the user approves the modification."
     )]
     async fn plan_modify(
@@ -412,6 +492,11 @@ impl CairnTools {
 
     #[tool(
         name = "wait",
+        annotations(
+            title = "Wait for sub-agents",
+            read_only_hint = true,
+            open_world_hint = false
+        ),
         description = "Wait until your sub-agents have completed their plans (every session under yours, or the given session ids), or until the timeout. Returns whether they finished and each plan's progress."
     )]
     async fn wait(
@@ -463,6 +548,11 @@ impl CairnTools {
 
     #[tool(
         name = "check_action",
+        annotations(
+            title = "Check whether an action is allowed",
+            read_only_hint = true,
+            open_world_hint = false
+        ),
         description = "Ask whether a tool may run now. While planning or awaiting approval, write tools are blocked; the answer says why."
     )]
     async fn check_action(
@@ -511,9 +601,11 @@ impl ServerHandler for CairnTools {
             .with_server_info(Implementation::new("cairn", env!("CARGO_PKG_VERSION")))
             .with_instructions(
                 "Cairn keeps your plan and todo list durable and visible to your orchestrator. \
-                 For complex work, keep a plan with update_plan (one step in_progress at a time), \
-                 or use plan mode (plan_enter, plan_exit, then wait for approval) before writing. \
-                 Track multi-step work with todo_write.",
+                 The tools named here are this server's (your client may show them with a prefix, \
+                 such as mcp__cairn__update_plan), not built-in tools of the same name. \
+                 For complex work, keep a plan with Cairn's update_plan (one step in_progress at a time), \
+                 or use Cairn's plan mode (plan_enter, plan_exit, then wait for approval) before writing. \
+                 Track multi-step work with Cairn's todo_write.",
             )
     }
 }
