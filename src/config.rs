@@ -98,6 +98,13 @@ pub enum Command {
         #[command(flatten)]
         client: cairn_client::cli::ClientArgs,
     },
+    /// Mirror an agent CLI's own plans into Cairn through its hooks:
+    /// `cairn hook install claude-code|codex|gemini`, then the CLI runs
+    /// `cairn hook <cli>` at each event.
+    Hook {
+        #[command(subcommand)]
+        cmd: cairn_client::hook::HookCmd,
+    },
     /// Block until every plan in a session tree is completed.
     Wait {
         #[command(flatten)]

@@ -66,6 +66,13 @@ async fn run(cli: Cli, traced: bool) -> ExitCode {
         }
         Command::Watch { args, client } => finish(cairn_client::cli::watch(&client, args).await),
         Command::Wait { args, client } => finish(cairn_client::cli::wait(&client, args).await),
+        Command::Hook { cmd } => match cairn_client::hook::run(cmd).await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("cairn hook: {e}");
+                ExitCode::FAILURE
+            }
+        },
         Command::Mcp(args) => match cairn_client::mcp::run(args).await {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
@@ -223,6 +230,20 @@ fn mcp_over_http(
     };
     let mut allowed_hosts: Vec<String> = vec!["localhost".into(), "127.0.0.1".into(), "::1".into()];
     let mut allowed_origins = vec![format!("http://{web}")];
+    if web.ip().is_loopback() || web.ip().is_unspecified() {
+        // A page of this listener under any loopback name (the MCP
+        // conformance suite and browsers say `localhost`). With an
+        // ephemeral port (0) the bound port is not known here: any
+        // loopback port then, still never a foreign name.
+        let port = if web.port() == 0 {
+            "*".to_owned()
+        } else {
+            web.port().to_string()
+        };
+        for name in ["localhost", "127.0.0.1", "[::1]"] {
+            allowed_origins.push(format!("http://{name}:{port}"));
+        }
+    }
     if !web.ip().is_unspecified() {
         allowed_hosts.push(web.ip().to_string());
         allowed_hosts.push(web.to_string());

@@ -1,7 +1,6 @@
 //! End-to-end tests of the `cairn` binary: what only the real process
 //! shows (crashes, file damage, a full disk, memory, connections, the log,
-//! the CLI as a person runs it). In-process API tests live with the server
-//! (`crates/cairn-server/tests`).
+//! the CLI as a person runs it). In-process API tests are `tests/api`.
 
 // Test code: a failed unwrap is a failed test, and a workflow test reads
 // best as one long story.
@@ -13,6 +12,7 @@ mod cli;
 mod connections;
 mod crash;
 pub(crate) mod faults;
+mod hooks;
 mod identity;
 mod logs;
 mod metrics;
