@@ -29,6 +29,11 @@ def _generate():
         + protos
     )
     assert rc == 0, "protoc failed"
+    # Regular packages, so that these stubs (from this checkout's protos)
+    # win over a `cairn` package installed earlier (clients/python ships
+    # its own): a namespace package would lose to it whatever the order.
+    for pkg in (GEN / "cairn", GEN / "cairn" / "v1"):
+        (pkg / "__init__.py").touch()
     sys.path.insert(0, str(GEN))
 
 

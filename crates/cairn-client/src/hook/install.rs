@@ -193,9 +193,12 @@ pub fn merge_hooks(cli: AgentCli, hooks: &mut Value, command: Option<&str>) {
     let Some(command) = command else {
         return;
     };
+    // Five seconds, well past the hook's own bound: Claude Code and Codex
+    // count seconds, Gemini CLI milliseconds.
+    let timeout = if cli == AgentCli::Gemini { 5000 } else { 5 };
     for (event, matcher) in events(cli) {
         let mut group =
-            json!({ "hooks": [{ "type": "command", "command": command, "timeout": 5 }] });
+            json!({ "hooks": [{ "type": "command", "command": command, "timeout": timeout }] });
         if let Some(m) = matcher {
             group["matcher"] = json!(m);
         }
@@ -280,8 +283,26 @@ fn apply(args: &InstallArgs, command: Option<&str>) -> Result<Vec<PathBuf>, Stri
         let mut doc: toml_edit::DocumentMut = text
             .parse()
             .map_err(|e| format!("{}: not TOML ({e}); left as it is", config.display()))?;
-        doc["features"]["hooks"] = toml_edit::value(true);
-        doc["tools"]["update_plan"]["enabled"] = toml_edit::value(true);
+        for (path, key) in [
+            (&["features"][..], "hooks"),
+            (&["tools", "update_plan"][..], "enabled"),
+        ] {
+            let mut table = doc.as_table_mut();
+            for name in path {
+                if !table.contains_key(name) {
+                    let mut new = toml_edit::Table::new();
+                    new.set_implicit(true);
+                    table.insert(name, toml_edit::Item::Table(new));
+                }
+                table = table[name].as_table_mut().ok_or_else(|| {
+                    format!(
+                        "{}: `{name}` is not a table; left as it is",
+                        config.display()
+                    )
+                })?;
+            }
+            table.insert(key, toml_edit::value(true));
+        }
         write(&config, &doc.to_string(), false)?;
         changed.push(config);
     }
