@@ -14,12 +14,29 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
 class Script:
-    """Tool calls as (name, arguments), for the main agent and a sub-agent."""
+    """Tool calls as (name, arguments), for the main agent and a sub-agent.
+    A Codex tool of a namespace is named `namespace/name`."""
 
     def __init__(self, main, child=()):
         self.main = list(main)
         self.child = list(child)
         self.requests = []
+
+    def tool_results(self):
+        """Every tool result the agent sent back, as text, in order (each
+        conversation repeats earlier ones: deduplicated by call id)."""
+        seen, out = set(), []
+        for _, body in self.requests:
+            for m in body.get("messages", []):
+                for b in m.get("content") if isinstance(m.get("content"), list) else []:
+                    if isinstance(b, dict) and b.get("type") == "tool_result" and b.get("tool_use_id") not in seen:
+                        seen.add(b.get("tool_use_id"))
+                        out.append(_text_of(b.get("content")))
+            for it in body.get("input", []):
+                if it.get("type") == "function_call_output" and it.get("call_id") not in seen:
+                    seen.add(it.get("call_id"))
+                    out.append(it.get("output") if isinstance(it.get("output"), str) else json.dumps(it.get("output")))
+        return out
 
     def next_call(self, is_child, done, body=None):
         """The call after `done` results; arguments may be a function of
@@ -166,9 +183,13 @@ class Handler(BaseHTTPRequestHandler):
         events = [("response.created", {"type": "response.created", "response": {"id": rid}})]
         if call:
             name, args = call
-            item = {"type": "function_call", "name": name, "arguments": json.dumps(args), "call_id": self._id("call")}
+            namespace, _, short = name.rpartition("/")
+            item = {"type": "function_call", "name": short, "arguments": json.dumps(args), "call_id": self._id("call")}
             if name in ("spawn_agent", "wait_agent"):
                 item["namespace"] = "multi_agent_v1"
+            elif namespace:
+                # Codex groups an MCP server's tools: `mcp__cairn/update_plan`.
+                item["namespace"] = namespace
             events.append(("response.output_item.done", {"type": "response.output_item.done", "item": item}))
         else:
             events.append(("response.output_item.done", {"type": "response.output_item.done", "item": {

@@ -46,6 +46,7 @@ class Cairn:
 
     def __init__(self):
         self.port = _free_port()
+        self.web = _free_port()
         self.data = tempfile.mkdtemp(prefix="cairn-agents-")
         self.addr = f"http://127.0.0.1:{self.port}"
         self.proc = None
@@ -53,7 +54,8 @@ class Cairn:
 
     def start(self):
         self.proc = subprocess.Popen(
-            [BINARY, "serve", "--listen", f"127.0.0.1:{self.port}", "--data-dir", self.data],
+            [BINARY, "serve", "--listen", f"127.0.0.1:{self.port}", "--web-listen", f"127.0.0.1:{self.web}",
+             "--data-dir", self.data],
             stderr=subprocess.DEVNULL,
         )
         self.channel = grpc.insecure_channel(f"127.0.0.1:{self.port}")
@@ -322,3 +324,85 @@ def test_cairn_down_during_a_claude_code_run_and_the_spool_converges(cairn, tmp_
         assert _steps(cairn.plan(s.session_id)) == [(n, "completed") for n in names]
         assert cairn.sessions().GetSession(session.GetSessionRequest(session_id=s.session_id)).session.labels[
             "hook.state"] == "ended"
+
+
+# ---- Cairn's own MCP tools, as the real CLIs see them
+
+TWO_IN_PROGRESS = {"plan": [{"step": "Design", "status": "in_progress"}, {"step": "Build", "status": "in_progress"},
+                            {"step": "Test", "status": "pending"}, {"step": "Ship", "status": "pending"}]}
+GOOD = {"explanation": "Start", "plan": [{"step": "Design", "status": "in_progress"}, {"step": "Build", "status": "pending"},
+                                         {"step": "Test", "status": "pending"}, {"step": "Ship", "status": "pending"}]}
+RULE = "At most one step can be in_progress at a time"
+MCP_QUERY = "agent_id=coder&session_id=orch:coder&parent_session_id=orch"
+
+
+def _mcp_stdio(cairn):
+    return [BINARY, "mcp", "--agent-id", "coder", "--session-id", "orch:coder", "--parent-session-id", "orch",
+            "--server", cairn.addr]
+
+
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+def test_claude_code_uses_cairn_mcp_and_reads_the_exact_rule_text(cairn, tmp_path, transport):
+    script = mock_model.Script([("mcp__cairn__update_plan", TWO_IN_PROGRESS), ("mcp__cairn__update_plan", GOOD)])
+    server, url = mock_model.serve(script)
+    if transport == "stdio":
+        cmd = _mcp_stdio(cairn)
+        entry = {"command": cmd[0], "args": cmd[1:]}
+    else:
+        entry = {"type": "http", "url": f"http://127.0.0.1:{cairn.web}/mcp?{MCP_QUERY}"}
+    config = tmp_path / "mcp.json"
+    config.write_text(json.dumps({"mcpServers": {"cairn": entry}}))
+    env = dict(os.environ, ANTHROPIC_BASE_URL=url, ANTHROPIC_API_KEY="dummy", CLAUDE_CONFIG_DIR=str(tmp_path / "claude"),
+               DISABLE_TELEMETRY="1", DISABLE_AUTOUPDATER="1", CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1",
+               ENABLE_TOOL_SEARCH="false")
+    try:
+        _run([_cli("claude"), "-p", "Plan the work", "--output-format", "stream-json", "--verbose",
+              "--mcp-config", str(config), "--allowedTools", "mcp__cairn__update_plan"], env, tmp_path)
+    finally:
+        server.shutdown()
+    results = script.tool_results()
+    assert len(results) == 2, results
+    assert RULE in results[0], results[0]
+    assert _steps(cairn.plan("orch:coder")) == [(s["step"], s["status"]) for s in GOOD["plan"]]
+
+
+def _codex_mcp(cairn, tmp_path, transport, script, approve):
+    server, url = mock_model.serve(script)
+    home = tmp_path / "codex"
+    home.mkdir(parents=True)
+    if transport == "stdio":
+        cmd = _mcp_stdio(cairn)
+        entry = f'command = "{cmd[0]}"\nargs = {json.dumps(cmd[1:])}\n'
+    else:
+        entry = f'url = "http://127.0.0.1:{cairn.web}/mcp?{MCP_QUERY}"\n'
+    if approve:
+        entry += 'default_tools_approval_mode = "approve"\n'
+    (home / "config.toml").write_text(
+        f'model = "gpt-5-mock"\nmodel_provider = "mock"\napproval_policy = "never"\n'
+        f'[model_providers.mock]\nname = "mock"\nbase_url = "{url}/v1"\nwire_api = "responses"\nenv_key = "MOCK_KEY"\n'
+        f'[mcp_servers.cairn]\n{entry}'
+    )
+    env = dict(os.environ, CODEX_HOME=str(home), MOCK_KEY="dummy")
+    try:
+        _run([_cli("codex"), "exec", "--json", "--skip-git-repo-check", "Plan the work"], env, tmp_path)
+    finally:
+        server.shutdown()
+    return script.tool_results()
+
+
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+def test_codex_runs_cairns_read_only_tools_without_approval(cairn, tmp_path, transport):
+    """approval_policy = "never" and no override for the server: the tools
+    annotated read-only run; a tool that writes needs the server's
+    `default_tools_approval_mode = "approve"`, as any writing tool does."""
+    script = mock_model.Script([("mcp__cairn/todo_read", {}), ("mcp__cairn/plan_status", {}),
+                                ("mcp__cairn/update_plan", GOOD)])
+    results = _codex_mcp(cairn, tmp_path / "never", transport, script, approve=False)
+    assert '\\"todos\\":[]' in results[0] or '"todos":[]' in results[0], results[0]
+    assert "mode" in results[1], results[1]
+    assert "requires approval" in results[2], results[2]
+
+    script = mock_model.Script([("mcp__cairn/update_plan", TWO_IN_PROGRESS), ("mcp__cairn/update_plan", GOOD)])
+    results = _codex_mcp(cairn, tmp_path / "approve", transport, script, approve=True)
+    assert RULE in results[0], results[0]
+    assert _steps(cairn.plan("orch:coder")) == [(s["step"], s["status"]) for s in GOOD["plan"]]
