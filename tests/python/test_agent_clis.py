@@ -216,10 +216,16 @@ def test_claude_code_tasks_land_step_by_step_and_the_tree_watch_sees_each(cairn,
 
 
 def test_a_claude_code_sub_agent_is_a_child_session_with_its_own_plan(cairn, tmp_path):
+    # Claude Code's task list is the session's, shared with its sub-agents:
+    # the parent's task is 1, the sub-agent's 2 and 3, and the sub-agent
+    # also finishes the parent's.
     script = mock_model.Script(
-        [("Agent", {"description": "Plan child work", "prompt": "SUBTASK-CHILD: make a two step plan",
-                    "subagent_type": "general-purpose", "run_in_background": False})],
-        child=_tasks(["Child step one", "Child step two"])[:3],
+        _tasks(["Parent task"])[:1]
+        + [("Agent", {"description": "Plan child work", "prompt": "SUBTASK-CHILD: make a two step plan",
+                      "subagent_type": "general-purpose", "run_in_background": False})],
+        child=_tasks(["Child step one", "Child step two"])[:2]
+        + [("TaskUpdate", {"taskId": "2", "status": "in_progress"}),
+           ("TaskUpdate", {"taskId": "1", "status": "completed"})],
     )
     _claude(script, cairn, tmp_path, tmp_path / "spool")
     parent = _claude_session(cairn)
@@ -230,6 +236,8 @@ def test_a_claude_code_sub_agent_is_a_child_session_with_its_own_plan(cairn, tmp
     assert child.session_id.startswith(parent.session_id + ":")
     assert child.labels["hook.state"] == "stopped"
     assert _steps(cairn.plan(child.session_id)) == [("Child step one", "in_progress"), ("Child step two", "pending")]
+    # The parent's task is updated where it lives.
+    assert _steps(cairn.plan(parent.session_id)) == [("Parent task", "completed")]
 
 
 def _codex(script, cairn, work):

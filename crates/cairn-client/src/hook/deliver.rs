@@ -169,6 +169,22 @@ fn same(current: &[pb::PlanItem], want: &[Step]) -> bool {
         })
 }
 
+/// Whether the session's plan has a step with this id.
+async fn holds_task(api: &Api, place: &Place, id: u32, until: Instant) -> Result<bool, Failed> {
+    let mut plans = pb::plan_service_client::PlanServiceClient::new(api.clone());
+    let get = pb::GetPlanRequest {
+        session_id: place.session_id.clone(),
+    };
+    match plans.get_plan(bounded(get, until)?).await {
+        Ok(r) => Ok(r
+            .into_inner()
+            .plan
+            .is_some_and(|p| p.items.iter().any(|i| i.id == id))),
+        Err(s) if s.code() == Code::NotFound => Ok(false),
+        Err(s) => Err(failed(&s)),
+    }
+}
+
 /// Changes the session's observed plan.
 async fn plan(api: &Api, o: &Observation, until: Instant) -> Result<(), Failed> {
     let mut plans = pb::plan_service_client::PlanServiceClient::new(api.clone());
@@ -198,6 +214,19 @@ async fn plan(api: &Api, o: &Observation, until: Instant) -> Result<(), Failed> 
                 blocked_by: i.blocked_by.clone(),
             })
             .collect();
+        // Claude Code's task list is the session's, shared with its
+        // sub-agents: an update of a task the sub-agent did not create goes
+        // where the task is, the CLI's own session.
+        if let (Change::Update { id, .. }, Some(root)) = (&o.change, &o.place.root)
+            && !current.iter().any(|s| s.id == *id)
+            && holds_task(api, root, *id, until).await?
+        {
+            let moved = Observation {
+                place: (**root).clone(),
+                change: o.change.clone(),
+            };
+            return Box::pin(plan(api, &moved, until)).await;
+        }
         let Some(want) = steps_after(&current, &o.change) else {
             return Ok(());
         };
