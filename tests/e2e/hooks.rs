@@ -111,6 +111,23 @@ async fn captured_runs_of_the_three_clis_are_mirrored_and_watched_in_order() {
         }
     }
 
+    // Malformed and truncated payloads: skipped with a line on stderr, the
+    // agent not failed (exit 0, nothing on stdout: `hook` checks both).
+    let whole = samples("claude_plan3_hooks.json")[0].to_string();
+    for (bad, why) in [
+        (&whole[..whole.len() / 2], "not JSON"),
+        ("[1, 2]", "not a JSON object"),
+        (r#"{"hook_event_name": "Stop"}"#, "no session_id"),
+    ] {
+        let mut args = vec!["claude-code"];
+        args.extend_from_slice(&common);
+        let (stderr, _) = hook(&args, bad).await;
+        assert!(
+            stderr.contains("skipped") && stderr.contains(why),
+            "{stderr}"
+        );
+    }
+
     // Claude Code: the task walked to completed, ids as the agent's.
     let claude = plan(&server, "claude:51cf74cf-8fc9-40c1-a664-1d2504485bcc").await;
     assert_eq!(
