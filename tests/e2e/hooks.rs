@@ -373,3 +373,63 @@ async fn with_auth_an_orchestrator_of_the_parent_mirrors_and_nothing_else() {
         .unwrap_err();
     assert_eq!(status.code(), tonic::Code::NotFound);
 }
+
+#[tokio::test]
+async fn parallel_hooks_of_one_session_lose_nothing() {
+    // Eight tasks created at once, each reported by its own hook process,
+    // as parallel tool calls are: every one lands, with no flush.
+    let server = TestServer::start().await;
+    let spool = tempfile::tempdir().unwrap();
+    let addr = format!("http://{}", server.addr);
+    let mut runs = Vec::new();
+    for id in 1..=8 {
+        let payload = serde_json::json!({
+            "session_id": "parallel", "hook_event_name": "TaskCreated",
+            "task_id": id.to_string(), "task_subject": format!("task {id}"),
+        })
+        .to_string();
+        let args = [
+            "claude-code".to_owned(),
+            "--server".to_owned(),
+            addr.clone(),
+            "--spool-dir".to_owned(),
+            spool.path().to_str().unwrap().to_owned(),
+        ];
+        runs.push(tokio::spawn(async move {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            hook(&args, &payload).await
+        }));
+    }
+    for r in runs {
+        r.await.unwrap();
+    }
+    let p = plan(&server, "claude:parallel").await;
+    let mut ids: Vec<u32> = p.items.iter().map(|i| i.id).collect();
+    ids.sort_unstable();
+    assert_eq!(ids, (1..=8).collect::<Vec<_>>());
+}
+
+#[tokio::test]
+async fn a_hung_cairn_costs_one_timeout_then_hooks_spool_without_waiting() {
+    // A listener that accepts and never answers: a hung host.
+    let hung = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = format!("http://{}", hung.local_addr().unwrap());
+    let spool = tempfile::tempdir().unwrap();
+    let args = [
+        "codex",
+        "--server",
+        &addr,
+        "--spool-dir",
+        spool.path().to_str().unwrap(),
+    ];
+    let payloads = samples("codex_up2_hooks.json");
+    let (first, took) = hook(&args, &payloads[0].to_string()).await;
+    assert!(first.contains("not reachable"), "{first}");
+    eprintln!("the first hook against a hung Cairn: {took:?}");
+    // The next ones do not try again for a few seconds: spooled at once.
+    for p in &payloads[1..] {
+        let (stderr, _) = hook(&args, &p.to_string()).await;
+        assert!(stderr.contains("unreachable moments ago"), "{stderr}");
+    }
+    drop(hung);
+}

@@ -132,11 +132,38 @@ async fn observe_and_deliver(cli: AgentCli, args: &HookArgs, until: Instant) -> 
     // Spooled first, delivered from the spool: whatever the server's
     // state, this observation goes after every earlier one.
     spool.append(&observed.into_iter().collect::<Vec<_>>(), until)?;
-    let Some(delivering) = spool.try_deliver()? else {
-        // Another hook is delivering, and will take this one too.
-        return Ok(());
-    };
-    drain(&spool, &delivering, &args.server, until).await
+    if spool.backing_off()? {
+        // Cairn failed a moment ago: every hook would wait out its timeout
+        // again and slow the agent down. Spooled; a later hook delivers.
+        return Err(format!(
+            "Cairn was unreachable moments ago: spooled in {}",
+            spool_name(&args.server)
+        ));
+    }
+    // One process delivers at a time. Another one delivering may have
+    // looked at the spool before this observation arrived: wait for it to
+    // finish, then deliver what is left, until the spool is empty or the
+    // time is up.
+    loop {
+        if let Some(delivering) = spool.try_deliver()? {
+            let out = drain(&spool, &delivering, &args.server, until).await;
+            drop(delivering);
+            if out.is_err() {
+                spool.back_off()?;
+            }
+            out?;
+        }
+        if spool.pending()? == 0 {
+            return Ok(());
+        }
+        if Instant::now() >= until {
+            return Err(format!(
+                "another hook is delivering: left in {}",
+                spool_name(&args.server)
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }
 
 /// Delivers the spool, oldest first, until it is empty, the server fails,
@@ -168,6 +195,7 @@ async fn drain(
         }
         spool.done(delivering, next, until)?;
     }
+    spool.clear_back_off();
     Ok(())
 }
 

@@ -18,6 +18,11 @@ use super::map::Observation;
 /// said on stderr) rather than an old one dropped, which would reorder.
 pub const MAX_SPOOL_BYTES: u64 = 16 * 1024 * 1024;
 
+/// How long hooks spool without trying after the server failed one: a
+/// hung server then costs the agent one hook's timeout every few seconds,
+/// not one per event.
+pub const BACK_OFF: Duration = Duration::from_secs(5);
+
 /// The spool directory.
 #[derive(Debug, Clone)]
 pub struct Spool {
@@ -163,6 +168,33 @@ impl Spool {
             }
             s.set_pos(next)
         })
+    }
+
+    /// Notes that the server just failed a delivery: hooks spool without
+    /// trying for [`BACK_OFF`].
+    pub fn back_off(&self) -> Result<(), String> {
+        let until = std::time::SystemTime::now() + BACK_OFF;
+        let secs = until
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis());
+        std::fs::write(self.path("backoff"), secs.to_string()).map_err(|e| e.to_string())
+    }
+
+    /// Forgets a failure: the server delivered.
+    pub fn clear_back_off(&self) {
+        let _ = std::fs::remove_file(self.path("backoff"));
+    }
+
+    /// Whether a recent failure says not to try now.
+    pub fn backing_off(&self) -> Result<bool, String> {
+        let Ok(text) = std::fs::read_to_string(self.path("backoff")) else {
+            return Ok(false);
+        };
+        let until: u128 = text.trim().parse().unwrap_or(0);
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis());
+        Ok(now < until)
     }
 
     /// Undelivered bytes.
