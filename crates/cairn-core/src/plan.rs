@@ -238,11 +238,7 @@ pub fn apply_update(prev: &Checklist, update: PlanUpdate) -> Checklist {
         .into_iter()
         .zip(ids)
         .map(|(input, id)| {
-            let id = id.unwrap_or_else(|| {
-                let id = next_id;
-                next_id = next_id.saturating_add(1);
-                id
-            });
+            let id = id.unwrap_or_else(|| fresh(&mut next_id));
             PlanItem {
                 id,
                 step: input.step,
@@ -257,6 +253,14 @@ pub fn apply_update(prev: &Checklist, update: PlanUpdate) -> Checklist {
         next_id,
         source: PlanSource::Tool,
     }
+}
+
+/// The next id of a checklist's counter, which only grows: an id is never
+/// handed out twice within a session.
+fn fresh(next_id: &mut u32) -> u32 {
+    let id = *next_id;
+    *next_id = next_id.saturating_add(1);
+    id
 }
 
 /// An observed plan as the agent kept it: its ids where it gave them, its
@@ -289,9 +293,7 @@ fn apply_observed(prev: &Checklist, update: PlanUpdate) -> Checklist {
                 claimed[pos] = true;
                 prev.items[pos].id
             } else {
-                let id = next_id;
-                next_id = next_id.saturating_add(1);
-                id
+                fresh(&mut next_id)
             };
             PlanItem {
                 id,
