@@ -24,6 +24,7 @@ use http::{HeaderValue, StatusCode};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use serde::Deserialize;
+use serde_json::Value;
 use tokio::sync::OnceCell;
 use tonic::transport::Channel;
 use tower::ServiceExt as _;
@@ -104,7 +105,7 @@ pub fn router(config: McpHttp) -> Router {
 
 fn refuse(status: StatusCode, message: &str) -> Response {
     // A JSON-RPC error object, which MCP clients show as it is.
-    json_rpc_error(status, "null", -32600, message)
+    json_rpc_error(status, &Value::Null, -32600, message)
 }
 
 async fn serve(
@@ -175,7 +176,7 @@ async fn serve(
     if parts.method == http::Method::POST {
         match check_message(&bytes) {
             Checked::Answer(response) => return response,
-            Checked::Call(id) => call = Some(format!("{caller}\u{0}{id}")),
+            Checked::Call(id) => call = Some(id),
             Checked::Cancel(id) => shared.running.cancel(&format!("{caller}\u{0}{id}")),
             Checked::Other => {}
         }
@@ -192,7 +193,7 @@ async fn serve(
         http,
     );
     let served = service.oneshot(request);
-    let Some(key) = call else {
+    let Some(id) = call else {
         return match served.await {
             Ok(response) => response.map(Body::new),
             Err(never) => match never {},
@@ -200,17 +201,18 @@ async fn serve(
     };
     // A call runs until it answers or its client cancels it
     // (`notifications/cancelled`, which arrives as another POST): dropping
-    // it ends what it waits on, such as a `wait`'s watch.
-    let mut cancelled = shared.running.start(&key);
-    let answer = tokio::select! {
+    // it ends what it waits on, such as a `wait`'s watch. The registration
+    // goes when this future does, answered or abandoned by its client.
+    let mut running = shared.running.start(format!("{caller}\u{0}{id}"));
+    tokio::select! {
         served = served => match served {
             Ok(response) => response.map(Body::new),
             Err(never) => match never {},
         },
-        Ok(id) = &mut cancelled => json_rpc_error(StatusCode::OK, &id, -32800, "request cancelled"),
-    };
-    shared.running.finish(&key);
-    answer
+        Ok(()) = &mut running.cancelled => {
+            json_rpc_error(StatusCode::OK, &id, -32800, "request cancelled")
+        }
+    }
 }
 
 /// With authentication on, the principal must act as the agent the query
@@ -248,10 +250,10 @@ enum Checked {
     /// Answered here: not JSON, not JSON-RPC, or a request whose params
     /// are missing.
     Answer(Response),
-    /// A request, by its id (as JSON text).
-    Call(String),
+    /// A request, by its id.
+    Call(Value),
     /// `notifications/cancelled` for the request with this id.
-    Cancel(String),
+    Cancel(Value),
     /// Anything else, for the MCP service.
     Other,
 }
@@ -261,17 +263,15 @@ enum Checked {
 /// not a JSON-RPC message `-32600`, both with `400`; a request that needs
 /// params and has none is `-32602`.
 fn check_message(body: &[u8]) -> Checked {
-    let Ok(message) = serde_json::from_slice::<serde_json::Value>(body) else {
+    let Ok(message) = serde_json::from_slice::<Value>(body) else {
         return Checked::Answer(json_rpc_error(
             StatusCode::BAD_REQUEST,
-            "null",
+            &Value::Null,
             -32700,
             "parse error: the body is not JSON",
         ));
     };
-    let id = message
-        .get("id")
-        .map_or_else(|| "null".to_owned(), ToString::to_string);
+    let id = message.get("id").cloned().unwrap_or(Value::Null);
     let valid = message.get("jsonrpc").and_then(|v| v.as_str()) == Some("2.0")
         && (message
             .get("method")
@@ -299,15 +299,14 @@ fn check_message(body: &[u8]) -> Checked {
         }
         Some("notifications/cancelled") => params
             .and_then(|p| p.get("requestId"))
-            .map_or(Checked::Other, |r| Checked::Cancel(r.to_string())),
+            .map_or(Checked::Other, |r| Checked::Cancel(r.clone())),
         Some(_) if message.get("id").is_some() => Checked::Call(id),
         _ => Checked::Other,
     }
 }
 
-/// A JSON-RPC error response; `id` is JSON text (`null` when unknown).
-fn json_rpc_error(status: StatusCode, id: &str, code: i64, message: &str) -> Response {
-    let id: serde_json::Value = serde_json::from_str(id).unwrap_or(serde_json::Value::Null);
+/// A JSON-RPC error response (`id` null when unknown).
+fn json_rpc_error(status: StatusCode, id: &Value, code: i64, message: &str) -> Response {
     let body = serde_json::json!({
         "jsonrpc": "2.0",
         "id": id,
@@ -321,38 +320,98 @@ fn json_rpc_error(status: StatusCode, id: &str, code: i64, message: &str) -> Res
         .into_response()
 }
 
-/// Calls in progress, so that a client can cancel one.
+/// Calls in progress, so that a client can cancel one: by the caller's
+/// key, a registration's serial and the way to tell it.
 #[derive(Debug, Default)]
-struct Running(Mutex<HashMap<String, tokio::sync::oneshot::Sender<String>>>);
+struct Running {
+    calls: Mutex<HashMap<String, (u64, tokio::sync::oneshot::Sender<()>)>>,
+    serial: std::sync::atomic::AtomicU64,
+}
+
+/// One call's registration; it unregisters when dropped, whether the call
+/// answered or its client went away.
+struct Registration<'a> {
+    running: &'a Running,
+    key: String,
+    serial: u64,
+    /// Fires when the client cancels the call.
+    cancelled: tokio::sync::oneshot::Receiver<()>,
+}
 
 impl Running {
-    /// Registers a call; the receiver fires with its id when it is
-    /// cancelled (and fails if the same key is registered again).
-    fn start(&self, key: &str) -> tokio::sync::oneshot::Receiver<String> {
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        self.0
+    /// Registers a call. The same key registered again (a client reusing
+    /// an id) takes it over; the first call then just cannot be cancelled.
+    fn start(&self, key: String) -> Registration<'_> {
+        let (tx, cancelled) = tokio::sync::oneshot::channel();
+        let serial = self
+            .serial
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.calls
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .insert(key.to_owned(), tx);
-        rx
-    }
-
-    fn finish(&self, key: &str) {
-        self.0
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(key);
+            .insert(key.clone(), (serial, tx));
+        Registration {
+            running: self,
+            key,
+            serial,
+            cancelled,
+        }
     }
 
     fn cancel(&self, key: &str) {
-        let tx = self
-            .0
+        let call = self
+            .calls
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .remove(key);
-        if let Some(tx) = tx {
-            let id = key.rsplit('\u{0}').next().unwrap_or("null").to_owned();
-            let _ = tx.send(id);
+        if let Some((_, tx)) = call {
+            let _ = tx.send(());
         }
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.calls
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len()
+    }
+}
+
+impl Drop for Registration<'_> {
+    fn drop(&mut self) {
+        let mut calls = self
+            .running
+            .calls
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if calls.get(&self.key).is_some_and(|(s, _)| *s == self.serial) {
+            calls.remove(&self.key);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn an_abandoned_call_leaves_no_registration() {
+        let running = Running::default();
+        // A call whose client went away: its future is dropped unanswered.
+        let pending = async {
+            let _r = running.start("k\u{0}1".into());
+            std::future::pending::<()>().await;
+        };
+        let _ = tokio::time::timeout(std::time::Duration::from_millis(10), pending).await;
+        assert_eq!(running.len(), 0);
+        // A reused key: the older registration leaving does not remove the
+        // newer one, which can still be cancelled.
+        let old = running.start("k".into());
+        let mut new = running.start("k".into());
+        drop(old);
+        running.cancel("k");
+        assert!(new.cancelled.try_recv().is_ok());
+        assert_eq!(running.len(), 0);
     }
 }
