@@ -168,13 +168,7 @@ fn is_ours(cli: AgentCli, hook: &Value) -> bool {
 
 /// `hooks` with Cairn's entries for `cli` removed, and added again when
 /// `command` is given. Every other hook stays as it was.
-pub fn merge_hooks(cli: AgentCli, hooks: &mut Value, command: Option<&str>) {
-    if !hooks.is_object() {
-        *hooks = json!({});
-    }
-    let Some(map) = hooks.as_object_mut() else {
-        return;
-    };
+pub fn merge_hooks(cli: AgentCli, map: &mut serde_json::Map<String, Value>, command: Option<&str>) {
     for groups in map.values_mut() {
         if let Some(groups) = groups.as_array_mut() {
             for group in groups.iter_mut() {
@@ -233,15 +227,27 @@ fn write(path: &Path, text: &str, secret: bool) -> Result<(), String> {
         std::fs::copy(path, &backup).map_err(|e| format!("{}: {e}", backup.display()))?;
     }
     let tmp = path.with_extension("cairn-tmp");
-    std::fs::write(&tmp, text).map_err(|e| format!("{}: {e}", tmp.display()))?;
+    let mut opts = std::fs::OpenOptions::new();
+    opts.write(true).create(true).truncate(true);
+    // Owner-only from its first byte when it carries a token; otherwise
+    // the settings file keeps the mode it had.
     #[cfg(unix)]
-    if secret {
-        use std::os::unix::fs::PermissionsExt as _;
-        std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o600))
-            .map_err(|e| e.to_string())?;
+    {
+        use std::os::unix::fs::OpenOptionsExt as _;
+        if secret {
+            opts.mode(0o600);
+        }
     }
     #[cfg(not(unix))]
     let _ = secret;
+    let mut file = opts
+        .open(&tmp)
+        .map_err(|e| format!("{}: {e}", tmp.display()))?;
+    std::io::Write::write_all(&mut file, text.as_bytes())
+        .map_err(|e| format!("{}: {e}", tmp.display()))?;
+    if !secret && let Ok(meta) = std::fs::metadata(path) {
+        std::fs::set_permissions(&tmp, meta.permissions()).map_err(|e| e.to_string())?;
+    }
     std::fs::rename(&tmp, path).map_err(|e| format!("{}: {e}", path.display()))
 }
 
@@ -255,20 +261,22 @@ fn apply(args: &InstallArgs, command: Option<&str>) -> Result<Vec<PathBuf>, Stri
         AgentCli::Codex => dir.join("hooks.json"),
     };
     let mut settings = read_json(&hooks_file)?;
-    if !settings.is_object() {
-        return Err(format!(
-            "{}: not a JSON object; left as it is",
-            hooks_file.display()
-        ));
-    }
-    let hooks = settings
+    let left = |what: &str| format!("{}: {what}; left as it is", hooks_file.display());
+    let top = settings
         .as_object_mut()
-        .map(|m| m.entry("hooks").or_insert_with(|| json!({})));
-    if let Some(hooks) = hooks {
-        merge_hooks(args.cli, hooks, command);
-    }
+        .ok_or_else(|| left("not a JSON object"))?;
+    let hooks = top
+        .entry("hooks")
+        .or_insert_with(|| json!({}))
+        .as_object_mut()
+        .ok_or_else(|| left("`hooks` is not an object"))?;
+    merge_hooks(args.cli, hooks, command);
     if args.cli == AgentCli::Gemini && command.is_some() {
-        settings["hooksConfig"]["enabled"] = json!(true);
+        top.entry("hooksConfig")
+            .or_insert_with(|| json!({}))
+            .as_object_mut()
+            .ok_or_else(|| left("`hooksConfig` is not an object"))?
+            .insert("enabled".into(), json!(true));
     }
     let text = serde_json::to_string_pretty(&settings).map_err(|e| e.to_string())? + "\n";
     write(&hooks_file, &text, secret)?;
@@ -341,7 +349,7 @@ mod tests {
             "PostToolUse": [{"matcher": "Bash", "hooks": [{"type": "command", "command": "lint.sh"}]}],
             "Stop": [{"hooks": [{"type": "command", "command": "notify.sh"}]}],
         });
-        let mut hooks = theirs.clone();
+        let mut hooks = theirs.as_object().unwrap().clone();
         let cmd = "/usr/bin/cairn hook claude-code --server http://127.0.0.1:50051";
         merge_hooks(AgentCli::ClaudeCode, &mut hooks, Some(cmd));
         let once = hooks.clone();
@@ -351,7 +359,58 @@ mod tests {
         assert_eq!(hooks["PostToolUse"][0], theirs["PostToolUse"][0]);
         assert_eq!(hooks["PostToolUse"][1]["matcher"], "TaskCreate|TaskUpdate");
         merge_hooks(AgentCli::ClaudeCode, &mut hooks, None);
-        assert_eq!(hooks, theirs);
+        assert_eq!(Value::Object(hooks), theirs);
+    }
+
+    fn args(cli: AgentCli, dir: &Path) -> InstallArgs {
+        InstallArgs {
+            cli,
+            scope: Scope::User,
+            server: "http://127.0.0.1:1".into(),
+            token: None,
+            parent_session: None,
+            config_dir: Some(dir.to_owned()),
+            cairn: Some("/bin/cairn".into()),
+        }
+    }
+
+    #[test]
+    fn malformed_settings_are_refused_and_left_as_they_are() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("settings.json");
+        for bad in [
+            "[1, 2]",
+            r#"{"hooks": [1]}"#,
+            r#"{"hooksConfig": "on"}"#,
+            "{not json",
+        ] {
+            std::fs::write(&file, bad).unwrap();
+            let e = install(&args(AgentCli::Gemini, dir.path())).unwrap_err();
+            assert!(e.contains("left as it is"), "{e}");
+            assert_eq!(std::fs::read_to_string(&file).unwrap(), bad);
+        }
+    }
+
+    #[test]
+    fn gemini_counts_milliseconds_and_a_token_makes_the_file_owner_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut a = args(AgentCli::Gemini, dir.path());
+        a.token = Some("cairn_secret".into());
+        install(&a).unwrap();
+        let file = dir.path().join("settings.json");
+        let s = read_json(&file).unwrap();
+        assert_eq!(s["hooks"]["BeforeTool"][0]["hooks"][0]["timeout"], 5000);
+        assert_eq!(s["hooksConfig"]["enabled"], true);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt as _;
+            let mode = std::fs::metadata(&file).unwrap().permissions().mode();
+            assert_eq!(mode & 0o077, 0, "{mode:o}");
+        }
+        let claude = tempfile::tempdir().unwrap();
+        install(&args(AgentCli::ClaudeCode, claude.path())).unwrap();
+        let s = read_json(&claude.path().join("settings.json")).unwrap();
+        assert_eq!(s["hooks"]["Stop"][0]["hooks"][0]["timeout"], 5);
     }
 
     #[test]
