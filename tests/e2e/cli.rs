@@ -4,7 +4,7 @@
 use std::process::Stdio;
 use std::time::Duration;
 
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::Command;
 
 use cairn_testkit::TestServer;
@@ -13,22 +13,14 @@ use crate::bin;
 
 /// Runs `cairn ARGS` with `stdin`, returns (success, stdout, stderr).
 async fn cairn(server: &TestServer, args: &[&str], stdin: &str) -> (bool, String, String) {
-    let mut child = Command::new(bin())
-        .args(args)
-        .args(["--server", &format!("http://{}", server.addr)])
-        .env_remove("NO_COLOR")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut input = child.stdin.take().unwrap();
-    input.write_all(stdin.as_bytes()).await.unwrap();
-    drop(input);
-    let out = tokio::time::timeout(Duration::from_secs(30), child.wait_with_output())
-        .await
-        .expect("cairn finishes")
-        .unwrap();
+    let (out, _) = crate::run_with_stdin(
+        Command::new(bin())
+            .args(args)
+            .args(["--server", &format!("http://{}", server.addr)])
+            .env_remove("NO_COLOR"),
+        stdin,
+    )
+    .await;
     (
         out.status.success(),
         String::from_utf8(out.stdout).unwrap(),

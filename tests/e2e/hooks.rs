@@ -3,12 +3,10 @@
 //! (`tests/fixtures/agent-samples`), against a real server; then what a
 //! client of the API sees: sessions, observed plans, and a watch.
 
-use std::process::Stdio;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use cairn_api as pb;
 use cairn_testkit::{Proc, TestServer};
-use tokio::io::AsyncWriteExt;
 use tokio::process::Command;
 use tokio_stream::StreamExt;
 
@@ -26,25 +24,11 @@ fn samples(name: &str) -> Vec<serde_json::Value> {
 /// what every hook must do (exit 0, nothing on stdout); returns stderr and
 /// how long it took.
 async fn hook(args: &[&str], payload: &str) -> (String, Duration) {
-    let started = Instant::now();
-    let mut child = Command::new(bin())
-        .arg("hook")
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut input = child.stdin.take().unwrap();
-    input.write_all(payload.as_bytes()).await.unwrap();
-    drop(input);
-    let out = tokio::time::timeout(Duration::from_secs(30), child.wait_with_output())
-        .await
-        .expect("the hook finishes")
-        .unwrap();
+    let (out, took) =
+        crate::run_with_stdin(Command::new(bin()).arg("hook").args(args), payload).await;
     assert!(out.status.success(), "a hook exits 0: {out:?}");
     assert!(out.stdout.is_empty(), "a hook prints nothing on stdout");
-    (String::from_utf8(out.stderr).unwrap(), started.elapsed())
+    (String::from_utf8(out.stderr).unwrap(), took)
 }
 
 fn steps(p: &pb::Plan) -> Vec<(u32, String, pb::StepStatus)> {

@@ -42,3 +42,28 @@ pub fn with_admin(dir: &std::path::Path, extra: &[&str]) -> cairn_testkit::Proc 
 pub fn bin() -> String {
     std::env::var("CAIRN_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_cairn").to_owned())
 }
+
+/// Runs a prepared `cairn` command with `stdin` piped in, as a shell or an
+/// agent CLI runs it: its output, and how long it took (at most 30 s).
+pub async fn run_with_stdin(
+    cmd: &mut tokio::process::Command,
+    stdin: &str,
+) -> (std::process::Output, std::time::Duration) {
+    use std::process::Stdio;
+    use tokio::io::AsyncWriteExt as _;
+    let started = std::time::Instant::now();
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut input = child.stdin.take().unwrap();
+    input.write_all(stdin.as_bytes()).await.unwrap();
+    drop(input);
+    let out = tokio::time::timeout(std::time::Duration::from_secs(30), child.wait_with_output())
+        .await
+        .expect("cairn finishes")
+        .unwrap();
+    (out, started.elapsed())
+}

@@ -180,24 +180,10 @@ def _post(url, body, **headers):
 def test_json_rpc_errors_as_clients_expect_and_localhost_is_this_listener():
     """What the MCP conformance suite checks of a server, beyond the happy
     path: malformed bodies, missing params, and the loopback names."""
-    port, web, metrics = _free_port(), _free_port(), _free_port()
-    data = tempfile.mkdtemp(prefix="cairn-mcp-http-")
-    proc = subprocess.Popen(
-        [BINARY, "serve", "--listen", f"127.0.0.1:{port}", "--web-listen", f"127.0.0.1:{web}",
-         "--metrics-listen", f"127.0.0.1:{metrics}", "--data-dir", data],
-        stderr=subprocess.DEVNULL,
-    )
-    ch = grpc.insecure_channel(f"127.0.0.1:{port}")
-    grpc.channel_ready_future(ch).result(timeout=30)
-    base = f"http://127.0.0.1:{web}"
+    metrics = _free_port()
+    proc, ch, base = _serve("--metrics-listen", f"127.0.0.1:{metrics}")
+    web = base.rsplit(":", 1)[1]
     try:
-        deadline = time.time() + 30
-        while time.time() < deadline:
-            try:
-                httpx2.get(f"{base}/login", timeout=2)
-                break
-            except httpx2.HTTPError:
-                time.sleep(0.1)
         url = f"{base}/mcp?agent_id=conf"
         r = _post(url, b"{not json")
         assert r.status_code == 400 and r.json()["error"]["code"] == -32700, r.text

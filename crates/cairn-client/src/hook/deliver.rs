@@ -115,12 +115,10 @@ async fn label(
             }
             Err(s) => return Err(failed(&s)),
         };
-        let mut merged: BTreeMap<String, String> = s.labels.clone().into_iter().collect();
+        let current: BTreeMap<String, String> = s.labels.into_iter().collect();
+        let mut merged = current.clone();
         merged.extend(labels.clone());
-        if merged
-            .iter()
-            .eq(s.labels.iter().collect::<BTreeMap<_, _>>())
-        {
+        if merged == current {
             return Ok(());
         }
         let update = pb::UpdateSessionRequest {
