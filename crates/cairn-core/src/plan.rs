@@ -107,6 +107,10 @@ pub struct PlanUpdate {
     pub source: PlanSource,
 }
 
+/// The largest id an observed step may bring (agents number their tasks
+/// from 1; Claude Code's are small decimals).
+pub const MAX_OBSERVED_ID: u32 = 1 << 30;
+
 /// Checks an update against every checklist rule and limit.
 pub fn validate_update(update: &PlanUpdate, limits: &Limits) -> Result<()> {
     limits.check_text(|| "explanation".into(), &update.explanation)?;
@@ -154,6 +158,14 @@ pub fn validate_update(update: &PlanUpdate, limits: &Limits) -> Result<()> {
         // each, so that watchers can follow them.
         let mut seen = std::collections::HashSet::new();
         for (i, item) in update.items.iter().enumerate() {
+            // The counter hands out ids above every id seen: an id near
+            // the top would leave it nothing fresh to hand out.
+            if item.id > MAX_OBSERVED_ID {
+                return Err(Error::invalid(
+                    format!("plan[{i}].id"),
+                    format!("an observed step's id is at most {MAX_OBSERVED_ID}"),
+                ));
+            }
             if item.id != 0 && !seen.insert(item.id) {
                 return Err(Error::invalid(
                     format!("plan[{i}].id"),
@@ -558,6 +570,10 @@ mod tests {
             first.items.iter().map(|i| i.id).collect::<Vec<_>>(),
             next.items.iter().map(|i| i.id).collect::<Vec<_>>()
         );
+        // An id at the top of the counter is refused: fresh ids after it
+        // would all be the same.
+        let top = observed(vec![(u32::MAX, "a", Pending), (0, "b", Pending)]);
+        assert!(validate_update(&top, &limits).is_err());
         // Ids still name one step each.
         let twice = observed(vec![(1, "a", Pending), (1, "b", Pending)]);
         assert!(validate_update(&twice, &limits).is_err());
