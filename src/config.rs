@@ -16,6 +16,7 @@ use cairn_server::auth::AuthMode;
 use cairn_server::conn::ConnLimits;
 use cairn_server::tls::TlsFiles;
 use cairn_server::{DEFAULT_BLOCKED_TOOLS, DEFAULT_MAX_REQUEST_BYTES, Policy, ServerConfig};
+use cairn_store::lessor::LeaseConfig;
 
 use crate::engine::Engine;
 use cairn_store::compactor::Retention;
@@ -177,6 +178,16 @@ pub struct ServeArgs {
     /// Heartbeat interval of idle watch streams that ask for none (e.g. `10s`, `500ms`).
     #[arg(long, env = "CAIRN_PROGRESS_INTERVAL", default_value = "10s", value_parser = parse_duration)]
     pub progress_interval: Duration,
+    /// TTL of a session's lease when its keep-alive names none: no renewal
+    /// for this long and the session is STALLED (e.g. `60s`, 1s to 1h).
+    #[arg(long, env = "CAIRN_LEASE_TTL", default_value = "60s", value_parser = parse_duration)]
+    pub lease_ttl: Duration,
+    /// Grace after a stall before the session is LOST, when the keep-alive names none.
+    #[arg(long, env = "CAIRN_LEASE_GRACE", default_value = "30s", value_parser = parse_duration)]
+    pub lease_grace: Duration,
+    /// A renewing agent with no change of its plan for this long is IDLE.
+    #[arg(long, env = "CAIRN_LEASE_IDLE", default_value = "5m", value_parser = parse_duration)]
+    pub lease_idle: Duration,
     /// Most revisions the event log keeps for replay.
     #[arg(long, env = "CAIRN_RETENTION_REVISIONS", default_value_t = Retention::default().revisions)]
     pub retention_revisions: u64,
@@ -323,6 +334,12 @@ impl ServeArgs {
         }
     }
 
+    /// Checks what clap cannot: lease timings within the core's bounds.
+    pub fn check_leases(&self) -> Result<(), String> {
+        cairn_core::liveness::validate(millis(self.lease_ttl), millis(self.lease_grace))
+            .map_err(|e| format!("--lease-ttl/--lease-grace: {e}"))
+    }
+
     /// The server configuration these flags describe.
     pub fn server_config(&self) -> ServerConfig {
         ServerConfig {
@@ -353,6 +370,17 @@ impl ServeArgs {
                     .collect(),
             },
             web_origins: self.web_origin.clone(),
+            leases: LeaseConfig {
+                ttl_ms: millis(self.lease_ttl),
+                grace_ms: millis(self.lease_grace),
+                idle_after_ms: millis(self.lease_idle),
+                holder: match self.backend {
+                    // Replicas share the store but not the renewals each
+                    // receives: each names itself, once per process.
+                    BackendArg::Etcd => replica_name(),
+                    BackendArg::Redb => String::new(),
+                },
+            },
             conn: ConnLimits {
                 max_connections: self.max_connections.max(1),
                 idle_timeout: self.idle_timeout,
@@ -384,6 +412,22 @@ impl ServeArgs {
             trace_context: false,
         }
     }
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// This process's name among replicas: host, process id and start time,
+/// so that a restarted replica is a new one.
+fn replica_name() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_owned())
+        .unwrap_or_default();
+    let started = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis());
+    format!("{host}-{}-{started}", std::process::id())
 }
 
 #[cfg(test)]

@@ -38,6 +38,10 @@ async fn main() -> ExitCode {
 async fn run(cli: Cli, traced: bool) -> ExitCode {
     match cli.command {
         Command::Serve(args) => {
+            if let Err(e) = args.check_leases() {
+                tracing::error!(error = %e, "bad configuration");
+                return ExitCode::FAILURE;
+            }
             let listener = match tokio::net::TcpListener::bind(args.listen).await {
                 Ok(l) => l,
                 Err(e) => {

@@ -38,6 +38,9 @@ const MATRIX: &[(&str, &str, &str)] = &[
     ("UpdateSession", "YYNNN", "YNNNN"),
     ("DeleteSession", "YYNNN", "YNNNN"),
     ("UpdatePlan", "YYYNN", "YNNNN"),
+    // A lease is a write: the same rights as UpdatePlan.
+    ("KeepAlive", "YYYNN", "YNNNN"),
+    ("ReleaseLease", "YYYNN", "YNNNN"),
     ("GetPlan", "YYYYY", "YNNNN"),
     ("EnterPlanMode", "YYYNN", "YNNNN"),
     ("ExitPlanMode", "YYYNN", "YNNNN"),
@@ -329,6 +332,16 @@ async fn call(
                 .await
                 .map(drop),
         ),
+        "KeepAlive" | "ReleaseLease" => code(
+            who.sessions
+                .keep_alive(pb::KeepAliveRequest {
+                    session_id: s,
+                    finished: rpc == "ReleaseLease",
+                    ..Default::default()
+                })
+                .await
+                .map(drop),
+        ),
         "GetSession" => code(
             who.sessions
                 .get_session(pb::GetSessionRequest { session_id: s })
@@ -551,6 +564,7 @@ async fn call(
             code(
                 who.watch
                     .wait(pb::WaitRequest {
+                        fail_fast: None,
                         target: Some(target),
                         condition: pb::WaitCondition::AnyChange.into(),
                         timeout: Some(prost_types::Duration {
@@ -1328,6 +1342,7 @@ async fn item_10_leaving_a_watchers_scope_is_a_delete() {
         waiter
             .watch
             .wait(pb::WaitRequest {
+                fail_fast: None,
                 target: Some(pb::wait_request::Target::SessionTree("ta".into())),
                 timeout: Some(prost_types::Duration {
                     seconds: 600,

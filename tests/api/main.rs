@@ -9,6 +9,7 @@
 mod access;
 mod browsers;
 mod inputs;
+mod leases;
 mod plan_mode;
 mod plans;
 mod server;

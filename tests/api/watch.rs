@@ -448,6 +448,7 @@ async fn wait_returns_when_the_last_sub_agent_completes() {
     // Times out: nobody is done. That is an answer, not an error.
     let resp = client
         .wait(pb::WaitRequest {
+            fail_fast: None,
             target: Some(pb::wait_request::Target::SessionTree("orch".into())),
             condition: pb::WaitCondition::AllPlansCompleted.into(),
             timeout: Some(prost_types::Duration {
@@ -465,6 +466,7 @@ async fn wait_returns_when_the_last_sub_agent_completes() {
     let waiting = tokio::spawn(async move {
         waiter
             .wait(pb::WaitRequest {
+                fail_fast: None,
                 target: Some(pb::wait_request::Target::SessionTree("orch".into())),
                 condition: pb::WaitCondition::AllPlansCompleted.into(),
                 timeout: Some(prost_types::Duration {
@@ -496,6 +498,7 @@ async fn wait_returns_when_the_last_sub_agent_completes() {
     let waiting = tokio::spawn(async move {
         waiter
             .wait(pb::WaitRequest {
+                fail_fast: None,
                 target: Some(pb::wait_request::Target::SessionIds(pb::SessionIds {
                     session_ids: vec!["a".into()],
                 })),
@@ -534,6 +537,7 @@ async fn wait_returns_when_the_last_sub_agent_completes() {
 
     let err = client
         .wait(pb::WaitRequest {
+            fail_fast: None,
             target: Some(pb::wait_request::Target::SessionIds(pb::SessionIds {
                 session_ids: vec!["ghost".into()],
             })),

@@ -100,6 +100,71 @@ pub fn timestamp_json(t: Option<&Timestamp>) -> Value {
     t.map_or(Value::Null, |t| Value::String(rfc3339(t)))
 }
 
+/// A liveness state's name: `active`, `idle`, `stalled`, `lost`,
+/// `finished`, or `none` for a session without a lease.
+pub fn liveness_name(l: pb::Liveness) -> &'static str {
+    match l {
+        pb::Liveness::Unspecified => "none",
+        pb::Liveness::Active => "active",
+        pb::Liveness::Idle => "idle",
+        pb::Liveness::Stalled => "stalled",
+        pb::Liveness::Lost => "lost",
+        pb::Liveness::Finished => "finished",
+    }
+}
+
+fn seconds(d: Option<&prost_types::Duration>) -> f64 {
+    d.map_or(0.0, |d| d.seconds as f64 + f64::from(d.nanos) / 1e9)
+}
+
+/// A lease as JSON: its state, timings, when the state was entered and
+/// the last sign of life; `null` for a session without one.
+pub fn lease_json(l: Option<&pb::Lease>) -> Value {
+    l.map_or(Value::Null, |l| {
+        json!({
+            "state": liveness_name(l.state()),
+            "ttl_seconds": seconds(l.ttl.as_ref()),
+            "grace_seconds": seconds(l.grace.as_ref()),
+            "state_time": timestamp_json(l.state_time.as_ref()),
+            "last_seen_time": timestamp_json(l.last_seen_time.as_ref()),
+        })
+    })
+}
+
+/// A span of time as people say it: `45s`, `2m`, `3h`, `2d`.
+pub fn ago(elapsed_micros: i64) -> String {
+    let s = elapsed_micros.max(0) / 1_000_000;
+    match s {
+        0..60 => format!("{s}s"),
+        60..3600 => format!("{}m", s / 60),
+        3600..86_400 => format!("{}h", s / 3600),
+        _ => format!("{}d", s / 86_400),
+    }
+}
+
+/// What `Wait` found about a lost sub-agent, in words an agent acts on:
+/// "Sub-agent coder (orch:coder) was lost at step 3 'Implement the login
+/// API' 2m ago".
+pub fn lost_sentence(l: &pb::LostSession, now_micros: i64) -> String {
+    let who = if l.agent_id.is_empty() {
+        format!("Sub-agent session {}", l.session_id)
+    } else {
+        format!("Sub-agent {} ({})", l.agent_id, l.session_id)
+    };
+    let at = if l.step_id == 0 && l.step.is_empty() {
+        " before it made a plan".to_owned()
+    } else {
+        format!(" at step {} '{}'", l.step_id, l.step)
+    };
+    let when = match l.last_seen_time.as_ref() {
+        Some(t) => format!(" {} ago", ago(now_micros - micros(Some(t)))),
+        None => String::new(),
+    };
+    format!(
+        "{who} was lost{at}{when}: its agent stopped renewing its lease. Restart it or reassign its work."
+    )
+}
+
 /// A todo list as `todo_read` shows it: ids, content, statuses,
 /// priorities and ISO-8601 `created_at` / `updated_at`.
 pub fn todo_json(list: &pb::TodoList) -> Value {
@@ -203,6 +268,7 @@ pub fn plan_status_json(s: &pb::PlanStatus) -> Value {
             "reason": m.reason,
             "new_description": m.new_description,
         })).collect::<Vec<_>>(),
+        "lease": lease_json(s.lease.as_ref()),
     })
 }
 
@@ -217,6 +283,7 @@ pub fn session_json(s: &pb::Session) -> Value {
         "create_time": timestamp_json(s.create_time.as_ref()),
         "update_time": timestamp_json(s.update_time.as_ref()),
         "revision": s.revision,
+        "lease": lease_json(s.lease.as_ref()),
     })
 }
 

@@ -14,6 +14,7 @@ use crate::Limits;
 use crate::Micros;
 use crate::access::{self, Action, Caller, Principal};
 use crate::error::Result;
+use crate::liveness::Liveness;
 use crate::plan::{PlanUpdate, apply_update};
 use crate::plan_mode::{
     HistoryEntry, ImplementationPlan, Modification, ModificationRequest, SessionPlan, plan_id,
@@ -203,11 +204,42 @@ pub enum SessionCommand {
         session_id: String,
         patch: SessionPatch,
     },
+    /// `KeepAlive` when it changes the stored lease, and the server's own
+    /// liveness transitions.
+    Lease { session_id: String, op: LeaseOp },
     /// `DeleteSession`: with `cascade`, the whole subtree.
     Delete {
         session_id: String,
         cascade: bool,
         expected_revision: Option<u64>,
+    },
+}
+
+/// What a lease write does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LeaseOp {
+    /// Take or re-take the lease (`ACTIVE`), renewed at `holder`: a first
+    /// keep-alive, new timings, another server, or an agent back from
+    /// `STALLED`, `LOST` or `FINISHED`. Needs the right to write the plan.
+    Hold {
+        ttl_ms: u64,
+        grace_ms: u64,
+        holder: String,
+    },
+    /// The agent says it is done: `FINISHED` (recorded with these timings
+    /// if it never held a lease). Needs the right to write the plan.
+    Release {
+        ttl_ms: u64,
+        grace_ms: u64,
+        holder: String,
+    },
+    /// The server's own transition, decided from the signs of life it saw:
+    /// applied only while the session is still at `expected_revision`, so
+    /// that of several servers deciding the same change, one writes it.
+    Mark {
+        to: Liveness,
+        expected_revision: u64,
+        last_seen: Micros,
     },
 }
 

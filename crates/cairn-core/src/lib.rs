@@ -10,6 +10,7 @@
 //! - [`plan_mode`]: the plan-mode state machine, step dependencies,
 //!   modifications, and which tools are blocked while planning;
 //! - [`todo`]: the per-agent todo merge;
+//! - [`liveness`]: leases and the states a session's agent moves through;
 //! - [`access`]: who may do what: principals, roles, scopes;
 //! - [`command`]: every write as a value, the one shape all writes take;
 //! - [`error`]: every way a request can fail, with the exact texts.
@@ -27,6 +28,7 @@ pub mod command;
 pub mod duration;
 pub mod error;
 pub mod limits;
+pub mod liveness;
 pub mod plan;
 pub mod plan_mode;
 pub mod revision;

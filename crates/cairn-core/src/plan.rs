@@ -80,6 +80,15 @@ impl Checklist {
     pub fn is_complete(&self) -> bool {
         !self.items.is_empty() && self.items.iter().all(|i| i.status.is_finished())
     }
+
+    /// The step an agent is at: the one in progress, else the first not
+    /// yet finished.
+    pub fn current(&self) -> Option<&PlanItem> {
+        self.items
+            .iter()
+            .find(|i| i.status == StepStatus::InProgress)
+            .or_else(|| self.items.iter().find(|i| !i.status.is_finished()))
+    }
 }
 
 /// One item as a client sends it.

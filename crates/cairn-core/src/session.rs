@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result, excerpt};
 use crate::limits::Limits;
+use crate::liveness::Lease;
 use crate::time::Micros;
 
 /// A stored session. Empty fields are left out of its encoding (they read
@@ -30,6 +31,9 @@ pub struct Session {
     pub update_time: Micros,
     /// Store revision of the last change to this record.
     pub revision: u64,
+    /// The agent's lease and liveness, once it has taken one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lease: Option<Lease>,
 }
 
 /// Checks the client-settable fields of a session.

@@ -15,6 +15,7 @@ use cairn_core::command::{
     Decision, PlanCommand, PlanWrite, SessionCommand, SessionPatch, TodoCommand,
 };
 use cairn_core::error::{Error, Result};
+use cairn_core::liveness::{Lease, Liveness};
 use cairn_core::plan::{ItemInput, PlanItem, PlanSource, PlanUpdate, StepStatus};
 use cairn_core::plan_mode::{
     ActivePlan, Complexity, HistoryEntry, ImplementationPlan, Mode, Modification,
@@ -56,6 +57,7 @@ pub fn session_in(s: pb::Session) -> Session {
             create_time: _,
             update_time: _,
             revision: _,
+            lease: _,
         } = s;
         Session {
             session_id,
@@ -80,8 +82,68 @@ pub fn session_out(s: Session) -> pb::Session {
             create_time: timestamp(s.create_time),
             update_time: timestamp(s.update_time),
             revision: s.revision,
+            lease: s.lease.as_ref().map(lease_out),
         }
     }
+}
+
+/// A lost session, as `Wait` names it.
+pub fn lost(l: crate::watch::Lost) -> pb::LostSession {
+    let (step_id, step) = l.step.map(|i| (i.id, i.step)).unwrap_or_default();
+    pb::LostSession {
+        last_seen_time: l
+            .session
+            .lease
+            .as_ref()
+            .and_then(|l| timestamp(l.last_seen)),
+        session_id: l.session.session_id,
+        agent_id: l.session.agent_id,
+        title: l.session.title,
+        step_id,
+        step,
+    }
+}
+
+/// A lease for the API.
+pub fn lease_out(l: &Lease) -> pb::Lease {
+    pb::Lease {
+        state: liveness_out(l.state).into(),
+        ttl: Some(millis(l.ttl_ms)),
+        grace: Some(millis(l.grace_ms)),
+        state_time: timestamp(l.since),
+        last_seen_time: timestamp(l.last_seen),
+    }
+}
+
+fn liveness_out(l: Liveness) -> pb::Liveness {
+    match l {
+        Liveness::Active => pb::Liveness::Active,
+        Liveness::Idle => pb::Liveness::Idle,
+        Liveness::Stalled => pb::Liveness::Stalled,
+        Liveness::Lost => pb::Liveness::Lost,
+        Liveness::Finished => pb::Liveness::Finished,
+    }
+}
+
+fn millis(ms: u64) -> prost_types::Duration {
+    prost_types::Duration {
+        seconds: i64::try_from(ms / 1000).unwrap_or(i64::MAX),
+        nanos: i32::try_from(ms % 1000 * 1_000_000).unwrap_or(0),
+    }
+}
+
+/// A requested lease duration in milliseconds: negative or out of range is
+/// INVALID_ARGUMENT (the bounds are the core's).
+pub fn duration_ms(field: &str, d: Option<prost_types::Duration>) -> Result<Option<u64>> {
+    let Some(d) = d else { return Ok(None) };
+    if d.seconds < 0 || d.nanos < 0 || d.nanos >= 1_000_000_000 {
+        return Err(Error::invalid(field, "must be a non-negative duration"));
+    }
+    let ms = u64::try_from(d.seconds)
+        .unwrap_or(u64::MAX)
+        .saturating_mul(1000)
+        .saturating_add(u64::try_from(d.nanos / 1_000_000).unwrap_or(0));
+    Ok(Some(ms))
 }
 
 // ---- checklist ----
@@ -207,6 +269,7 @@ pub fn plan_status(r: &PlanRecord) -> pb::PlanStatus {
         active: m.active.as_ref().map(active_plan),
         pending_modifications: m.modifications.iter().cloned().map(modification).collect(),
         revision: r.revision,
+        lease: None,
     }
 }
 

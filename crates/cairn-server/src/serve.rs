@@ -22,6 +22,7 @@ use tonic_types::{ErrorDetails, StatusExt};
 
 use cairn_api as pb;
 use cairn_store::compactor::{self, Retention};
+use cairn_store::lessor::LeaseConfig;
 use cairn_store::{Readiness, Store};
 
 use crate::auth::{Auth, AuthMode};
@@ -76,6 +77,8 @@ pub struct ServerConfig {
     /// CSRF guard (they bring their own): `/mcp`, which the binary wires in
     /// from the MCP client so that the server never imports a client.
     pub web_extra: Option<WebRoutes>,
+    /// Lease timings: default TTL and grace, idle time, this server's name.
+    pub leases: LeaseConfig,
 }
 
 /// Routes added to the web listener.
@@ -106,6 +109,7 @@ impl ServerConfig {
             web_extra: None,
             metrics_listen: None,
             trace_context: false,
+            leases: LeaseConfig::default(),
         }
     }
 }
@@ -166,6 +170,10 @@ pub async fn serve(
     check_exposure(&config, &listen_addrs)?;
     let admin_token = read_admin_token(&config)?;
     let store = open.await?.with_limits(config.policy.limits.clone());
+    store.hub().leases().configure(config.leases.clone());
+    let leased = store.load_leases().await?;
+    tracing::info!(leased, "leases re-armed with a full TTL");
+    let liveness = tokio::spawn(store.clone().drive_leases());
     let web = match config.web_listen {
         Some(addr) => {
             let web = TcpListener::bind(addr).await?;
@@ -215,6 +223,7 @@ pub async fn serve(
     );
     let result = serve_store(listener, web, store.clone(), auth, tls, &config, shutdown).await;
     compaction.abort();
+    liveness.abort();
     if let Some(task) = metrics_task {
         task.abort();
     }

@@ -179,6 +179,8 @@ pub struct Hub {
     closing: tokio::sync::watch::Sender<bool>,
     /// The hot plans, which follow the same committed revisions.
     plans: PlanCache,
+    /// The leases, which follow them too.
+    leases: crate::lessor::Lessor,
 }
 
 impl Hub {
@@ -191,6 +193,7 @@ impl Hub {
             buffer: buffer.max(1),
             closing: tokio::sync::watch::Sender::new(false),
             plans: PlanCache::new(cache_bytes, revision),
+            leases: crate::lessor::Lessor::default(),
         }
     }
 
@@ -199,10 +202,20 @@ impl Hub {
         &self.plans
     }
 
+    /// The leases this server follows.
+    pub fn leases(&self) -> &crate::lessor::Lessor {
+        &self.leases
+    }
+
     /// Ends every watch stream and `Wait` (with `UNAVAILABLE`), now and
     /// from now on: the server is shutting down.
     pub fn close(&self) {
         self.closing.send_replace(true);
+    }
+
+    /// Whether [`Hub::close`] was called.
+    pub fn is_closed(&self) -> bool {
+        *self.closing.borrow()
     }
 
     fn lock(&self) -> MutexGuard<'_, Registry> {
@@ -252,6 +265,7 @@ impl Hub {
     /// first, so a watcher that reads after an event reads at least it.
     pub fn dispatch(&self, revisions: &[Arc<Revision>]) {
         self.plans.apply(revisions);
+        self.leases.observe(revisions);
         let reg = self.lock();
         let mut lists: Vec<&Vec<Arc<Slot>>> = Vec::new();
         for rev in revisions {

@@ -19,6 +19,9 @@
 //! - [`records`]: what is stored and what the log carries;
 //! - [`hub`]: fan-out of committed revisions to watchers;
 //! - [`cache`]: the hot plans, answered from memory;
+//! - [`lessor`]: the leases a server follows: signs of life in memory, a
+//!   deadline index of what is due; [`liveness`]: keep-alives, and the
+//!   driver that writes each transition as a command;
 //! - [`compactor`]: trimming the log; [`health`]: whether the store serves;
 //! - [`telemetry`]: the store's metrics (commits, revisions, watch streams).
 //!
@@ -36,6 +39,8 @@ pub mod codec;
 pub mod compactor;
 pub mod health;
 pub mod hub;
+pub mod lessor;
+pub mod liveness;
 pub mod ops;
 pub mod reads;
 pub mod records;

@@ -11,9 +11,11 @@ use std::collections::HashMap;
 
 use cairn_core::access::{self, Action, Caller, Role, SessionFacts};
 use cairn_core::command::{
-    Command, PlanOutcome, PlanWrite, PrincipalCommand, SessionCommand, SessionPatch, TodoCommand,
+    Command, LeaseOp, PlanOutcome, PlanWrite, PrincipalCommand, SessionCommand, SessionPatch,
+    TodoCommand,
 };
 use cairn_core::error::{Error, Result};
+use cairn_core::liveness::{self, Lease, Liveness};
 use cairn_core::session::{self, Session};
 use cairn_core::todo::{self, TodoInput};
 use cairn_core::{Limits, SessionPlan, check_expected_revision};
@@ -341,6 +343,95 @@ fn update_session(
     Ok((s, rev))
 }
 
+/// A lease write: `KeepAlive` taking or releasing the lease, or the
+/// server's own transition. A write that would change nothing writes
+/// nothing, and answers with the session as it is.
+fn lease(
+    ctx: &mut Ctx<'_>,
+    id: &str,
+    op: &LeaseOp,
+    caller: &Caller,
+    limits: &Limits,
+) -> Result<(Session, u64)> {
+    limits.check_resource_id("session_id", id)?;
+    let old = match op {
+        LeaseOp::Hold { .. } | LeaseOp::Release { .. } => {
+            authorize(ctx.txn, caller, Action::WritePlan, id)?
+        }
+        LeaseOp::Mark { .. } => require_session(ctx.txn, id)?,
+    };
+    let next = match (op, &old.lease) {
+        (
+            LeaseOp::Hold {
+                ttl_ms,
+                grace_ms,
+                holder,
+            },
+            current,
+        ) => {
+            liveness::validate(*ttl_ms, *grace_ms)?;
+            match current {
+                // Renewing what is held, where it is held: no write (a
+                // keep-alive alone does not end idleness).
+                Some(l)
+                    if matches!(l.state, Liveness::Active | Liveness::Idle)
+                        && l.ttl_ms == *ttl_ms
+                        && l.grace_ms == *grace_ms
+                        && l.holder == *holder =>
+                {
+                    None
+                }
+                _ => Some(Lease::held(*ttl_ms, *grace_ms, holder, ctx.now)),
+            }
+        }
+        (LeaseOp::Release { .. }, Some(l)) if l.state != Liveness::Finished => Some(Lease {
+            state: Liveness::Finished,
+            since: ctx.now,
+            last_seen: ctx.now,
+            ..l.clone()
+        }),
+        (
+            LeaseOp::Release {
+                ttl_ms,
+                grace_ms,
+                holder,
+            },
+            None,
+        ) => Some(Lease {
+            state: Liveness::Finished,
+            ..Lease::held(*ttl_ms, *grace_ms, holder, ctx.now)
+        }),
+        (
+            LeaseOp::Mark {
+                to,
+                expected_revision,
+                last_seen,
+            },
+            Some(l),
+        ) if old.revision == *expected_revision && l.state != *to => Some(Lease {
+            state: *to,
+            since: ctx.now,
+            last_seen: *last_seen,
+            ..l.clone()
+        }),
+        // Already finished. Or, for a transition: another server decided
+        // first, or the session changed since, and the deciding server
+        // looks again from the new state.
+        (LeaseOp::Release { .. } | LeaseOp::Mark { .. }, _) => None,
+    };
+    let Some(next) = next else {
+        return Ok((old, ctx.revision()));
+    };
+    let mut s = old;
+    s.lease = Some(next);
+    s.update_time = ctx.now;
+    s.revision = ctx.next_revision();
+    ctx.txn.put_session(&s)?;
+    let chain = ancestors(ctx.txn, s.parent_session_id.as_deref())?;
+    let rev = ctx.commit(vec![Event::session(EventKind::SessionUpdated, &s, chain)])?;
+    Ok((s, rev))
+}
+
 /// `DeleteSession`: the session (and with `cascade`, its subtree) with plans
 /// and history, in one revision. Returns the deleted ids, requested first.
 fn delete_session(
@@ -497,6 +588,10 @@ pub fn apply(
         }
         Command::Session(SessionCommand::Update { session_id, patch }) => {
             let (s, rev) = update_session(ctx, session_id, patch.clone(), limits, caller)?;
+            Ok((Applied::Session(s), rev))
+        }
+        Command::Session(SessionCommand::Lease { session_id, op }) => {
+            let (s, rev) = lease(ctx, session_id, op, caller, limits)?;
             Ok((Applied::Session(s), rev))
         }
         Command::Session(SessionCommand::Delete {

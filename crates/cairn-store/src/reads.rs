@@ -91,11 +91,24 @@ impl Store {
     ) -> Result<(Session, u64)> {
         self.limits().check_resource_id("session_id", &session_id)?;
         let caller = caller.clone();
-        self.read(move |v| {
-            let s = ops::authorize(v, &caller, Action::Read, &session_id)?;
-            Ok((s, v.revision()?))
-        })
-        .await
+        let (mut s, rev) = self
+            .read(move |v| {
+                let s = ops::authorize(v, &caller, Action::Read, &session_id)?;
+                Ok((s, v.revision()?))
+            })
+            .await?;
+        self.show_last_seen(&mut s);
+        Ok((s, rev))
+    }
+
+    /// A leased session as reads show it: with the last sign of life this
+    /// server saw, which renewals (not stored) make later than the stored.
+    pub fn show_last_seen(&self, s: &mut Session) {
+        if let Some(lease) = &mut s.lease
+            && let Some(seen) = self.last_seen(&s.session_id)
+        {
+            lease.last_seen = lease.last_seen.max(seen);
+        }
     }
 
     /// A page of sessions. A listing lies wholly in the caller's scope:
@@ -137,6 +150,12 @@ impl Store {
             Ok((page, v.revision()?))
         })
         .await
+        .map(|(mut page, rev)| {
+            for s in &mut page.sessions {
+                self.show_last_seen(s);
+            }
+            (page, rev)
+        })
     }
 
     /// Entries of a session's plan history from sequence number `from`:

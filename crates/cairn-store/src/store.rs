@@ -65,12 +65,26 @@ impl Store {
         command: Command,
         bytes: usize,
     ) -> Result<(Applied, u64)> {
+        // A plan write by the session's agent is a sign of life.
+        let renews = match &command {
+            Command::Plan(w) if w.command.action() == access::Action::WritePlan => {
+                Some(w.session_id.clone())
+            }
+            _ => None,
+        };
         let caller = caller.clone();
         let limits = Arc::clone(&self.limits);
-        self.write(bytes, move |ctx| {
-            ops::apply(ctx, &caller, &command, &limits)
-        })
-        .await
+        let out = self
+            .write(bytes, move |ctx| {
+                ops::apply(ctx, &caller, &command, &limits)
+            })
+            .await?;
+        if let Some(id) = renews {
+            // Renewing a lease held as it is cannot fail; a write that
+            // needs more is the driver's to lift.
+            let _ = self.hub.leases().renew(&Caller::Open, &id, true, None);
+        }
+        Ok(out)
     }
 
     /// Where the data lives (a file, endpoints), for logs.

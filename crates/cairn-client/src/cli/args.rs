@@ -153,6 +153,10 @@ pub struct WaitArgs {
     /// Give up after this long (e.g. `10m`).
     #[arg(long, default_value = "5m", value_parser = parse_duration)]
     pub timeout: Duration,
+    /// Keep waiting when a sub-agent is lost (by default the wait ends at
+    /// once, naming it).
+    #[arg(long)]
+    pub keep_waiting: bool,
 }
 
 /// `cairn admin …` (admin only).

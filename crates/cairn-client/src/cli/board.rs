@@ -55,6 +55,13 @@ fn board_rows(root: &str, tracked: &HashMap<String, Tracked>) -> Vec<BoardRow> {
                     .and_then(|p| p.status.as_ref())
                     .map_or_else(|| "normal".to_owned(), |s| view::mode_label(s.mode())),
                 idle_secs: u64::try_from((now - t.changed_micros).max(0) / 1_000_000).unwrap_or(0),
+                liveness: t.session.lease.as_ref().map(|l| {
+                    let seen = view::micros(l.last_seen_time.as_ref());
+                    (
+                        view::liveness_name(l.state()).to_owned(),
+                        u64::try_from((now - seen).max(0) / 1_000_000).unwrap_or(0),
+                    )
+                }),
             });
         }
         if let Some(kids) = children.get(id) {

@@ -162,6 +162,7 @@ pub async fn session(client: &ClientArgs, cmd: SessionCmd) -> CliResult {
 
 /// Sessions as an indented tree, roots first.
 fn session_tree(all: &[pb::Session]) -> String {
+    let now = view::now_micros();
     let ids: std::collections::HashSet<&str> = all.iter().map(|s| s.session_id.as_str()).collect();
     let mut children: BTreeMap<&str, Vec<&pb::Session>> = BTreeMap::new();
     let mut roots = Vec::new();
@@ -183,7 +184,19 @@ fn session_tree(all: &[pb::Session]) -> String {
         } else {
             format!("  ({})", s.agent_id)
         };
-        out.push_str(&format!("{}{}{agent}\n", "  ".repeat(depth), s.session_id));
+        let life = s.lease.as_ref().map_or_else(String::new, |l| {
+            let seen = view::micros(l.last_seen_time.as_ref());
+            format!(
+                "  [{}, seen {} ago]",
+                view::liveness_name(l.state()).to_uppercase(),
+                view::ago(now - seen)
+            )
+        });
+        out.push_str(&format!(
+            "{}{}{agent}{life}\n",
+            "  ".repeat(depth),
+            s.session_id
+        ));
         if let Some(kids) = children.get(s.session_id.as_str()) {
             stack.extend(kids.iter().rev().map(|k| (*k, depth + 1)));
         }
@@ -395,25 +408,41 @@ pub async fn wait(client: &ClientArgs, args: WaitArgs) -> CliResult {
             target: Some(pb::wait_request::Target::SessionTree(args.tree)),
             condition: pb::WaitCondition::AllPlansCompleted.into(),
             timeout: prost_types::Duration::try_from(args.timeout).ok(),
+            fail_fast: Some(!args.keep_waiting),
         })
         .await?
         .into_inner();
+    let now = view::now_micros();
+    let lost: Vec<String> = r.lost.iter().map(|l| view::lost_sentence(l, now)).collect();
     match client.output {
         Output::Json => emit_json(&json!({
             "satisfied": r.satisfied,
             "revision": r.revision,
             "plans": r.plans.iter().map(plan_json).collect::<Vec<_>>(),
+            "lost": r.lost.iter().zip(&lost).map(|(l, text)| json!({
+                "session_id": l.session_id,
+                "agent_id": l.agent_id,
+                "step_id": l.step_id,
+                "step": l.step,
+                "last_seen_time": view::timestamp_json(l.last_seen_time.as_ref()),
+                "message": text,
+            })).collect::<Vec<_>>(),
         })),
         Output::Text => {
             let mut text = format!(
                 "{} at revision {}\n",
                 if r.satisfied {
                     "all plans completed"
+                } else if !r.lost.is_empty() {
+                    "a sub-agent was lost"
                 } else {
                     "timed out"
                 },
                 r.revision
             );
+            for l in &lost {
+                text.push_str(&format!("{l}\n"));
+            }
             for p in &r.plans {
                 let at = view::progress(&p.items);
                 text.push_str(&format!(
@@ -429,6 +458,8 @@ pub async fn wait(client: &ClientArgs, args: WaitArgs) -> CliResult {
     }
     if r.satisfied {
         Ok(())
+    } else if !lost.is_empty() {
+        Err(lost.join("\n").into())
     } else {
         Err("timed out before every plan was completed".into())
     }

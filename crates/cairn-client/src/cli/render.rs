@@ -56,6 +56,8 @@ const BOLD: &str = "\x1b[1m";
 const STRIKE: &str = "\x1b[9m";
 const DIM: &str = "\x1b[2m";
 const RESET: &str = "\x1b[0m";
+const RED: &str = "\x1b[31m";
+const YELLOW: &str = "\x1b[33m";
 
 /// The task box for `(mark, text)` items.
 pub fn task_box(items: &[(Mark, String)], color: bool) -> String {
@@ -125,6 +127,23 @@ pub struct BoardRow {
     pub mode: String,
     /// Seconds since the session or its plan last changed.
     pub idle_secs: u64,
+    /// The agent's liveness (`lost`, …) and seconds since its last sign
+    /// of life, for a leased session.
+    pub liveness: Option<(String, u64)>,
+}
+
+/// The liveness column: the state in capitals and the time since the last
+/// sign of life (`LOST 2m`), red for the lost and yellow for the stalled.
+fn liveness_cell(l: Option<&(String, u64)>, color: bool) -> String {
+    let Some((state, secs)) = l else {
+        return clip("—", 11);
+    };
+    let cell = clip(&format!("{} {}", state.to_uppercase(), ago(*secs)), 11);
+    match (color, state.as_str()) {
+        (true, "lost") => format!("{BOLD}{RED}{cell}{RESET}"),
+        (true, "stalled") => format!("{YELLOW}{cell}{RESET}"),
+        _ => cell,
+    }
 }
 
 fn ago(secs: u64) -> String {
@@ -164,13 +183,14 @@ pub fn board(title: &str, rows: &[BoardRow], revision: u64, color: bool) -> Stri
     }
     let _ = writeln!(
         out,
-        "{}  {}  {}  {:>5}  {}  {}  {:>4}",
+        "{}  {}  {}  {:>5}  {}  {}  {}  {:>4}",
         clip("SESSION", 28),
         clip("AGENT", 12),
         clip("PROGRESS", 10),
         "",
         clip("CURRENT STEP", 32),
         clip("MODE", 17),
+        clip("AGENT LIFE", 11),
         "AGO"
     );
     if rows.is_empty() {
@@ -192,13 +212,14 @@ pub fn board(title: &str, rows: &[BoardRow], revision: u64, color: bool) -> Stri
         };
         let _ = writeln!(
             out,
-            "{}  {}  {}  {:>5}  {}  {}  {:>4}",
+            "{}  {}  {}  {:>5}  {}  {}  {}  {:>4}",
             clip(&name, 28),
             clip(&r.agent_id, 12),
             bar(r.done, r.total, 10),
             format!("{}/{}", r.done, r.total),
             clip(&current, 32),
             mode,
+            liveness_cell(r.liveness.as_ref(), color),
             ago(r.idle_secs)
         );
     }
@@ -267,6 +288,7 @@ mod tests {
                 current: None,
                 mode: "normal".into(),
                 idle_secs: 3,
+                liveness: None,
             },
             BoardRow {
                 depth: 1,
@@ -277,6 +299,7 @@ mod tests {
                 current: Some("Implement the login API".into()),
                 mode: "normal".into(),
                 idle_secs: 75,
+                liveness: Some(("lost".into(), 130)),
             },
             BoardRow {
                 depth: 1,
@@ -287,8 +310,11 @@ mod tests {
                 current: None,
                 mode: "awaiting approval".into(),
                 idle_secs: 7200,
+                liveness: Some(("active".into(), 4)),
             },
         ];
         insta::assert_snapshot!(board("tree orch", &rows, 42, false));
+        // In colour the lost stand out in bold red.
+        assert!(board("t", &rows, 1, true).contains("\x1b[1m\x1b[31mLOST 2m"));
     }
 }

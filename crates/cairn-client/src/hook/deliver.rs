@@ -58,8 +58,27 @@ fn bounded<T>(msg: T, until: Instant) -> Result<tonic::Request<T>, Failed> {
     Ok(req)
 }
 
-/// Applies one observation before `until`.
+/// Applies one observation before `until`, then renews the session's
+/// lease: a hook that reports activity is a sign of life. The CLI's
+/// session ending, or a sub-agent stopping, releases it as FINISHED.
 pub async fn apply(api: &Api, o: &Observation, until: Instant) -> Result<(), Failed> {
+    changed(api, o, until).await?;
+    let finished = matches!(&o.change, Change::State { state, .. }
+        if state == "ended" || (state == "stopped" && o.place.root.is_some()));
+    let mut sessions = pb::session_service_client::SessionServiceClient::new(api.clone());
+    let req = pb::KeepAliveRequest {
+        session_id: o.place.session_id.clone(),
+        ttl: None,
+        grace: None,
+        finished,
+    };
+    // The mirror matters more than the lease: a renewal that fails (an
+    // older server without leases, say) does not fail the delivery.
+    let _ = sessions.keep_alive(bounded(req, until)?).await;
+    Ok(())
+}
+
+async fn changed(api: &Api, o: &Observation, until: Instant) -> Result<(), Failed> {
     match &o.change {
         Change::Started { labels } => label(api, &o.place, labels, until).await,
         Change::State { state, labels } => {

@@ -29,6 +29,10 @@ pub struct McpArgs {
     /// (`wait` gets its own timeout on top).
     #[arg(long, env = "CAIRN_CALL_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
     pub call_timeout: Duration,
+    /// TTL of the session's lease, renewed every third of it while this
+    /// process runs (the server's --lease-ttl when unset).
+    #[arg(long, env = "CAIRN_LEASE_TTL", value_parser = parse_duration)]
+    pub lease_ttl: Option<Duration>,
 }
 
 /// Arguments of `todo_write`.

@@ -147,6 +147,7 @@ async fn serve(
         session_id: agent.session_id.filter(|s| !s.is_empty()),
         parent_session_id: agent.parent_session_id.filter(|s| !s.is_empty()),
         call_timeout: config.call_timeout,
+        lease_ttl: None,
     };
     let ensured = shared.ensured.cell(
         args.session_id.as_deref().unwrap_or(&args.agent_id),
@@ -164,7 +165,7 @@ async fn serve(
         args.agent_id,
         args.session_id.as_deref().unwrap_or_default(),
     );
-    let tools = CairnTools::sharing(args, api, ensured);
+    let tools = CairnTools::sharing(args, api, ensured).renewing_per_call();
     let (parts, body) = request.into_parts();
     let Ok(bytes) = axum::body::to_bytes(body, MAX_BODY).await else {
         return refuse(

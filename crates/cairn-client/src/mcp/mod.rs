@@ -29,9 +29,17 @@ pub use tools::CairnTools;
 pub async fn run(args: McpArgs) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let api = args.server.connect_lazy(args.call_timeout)?;
     let server = CairnTools::new(args, api);
+    // The lease lives as long as this process: a SIGKILL stops renewing
+    // and the session stalls, then is lost.
+    let lease = server.clone();
+    let renewer = tokio::spawn(async move { lease.renew_forever().await });
+    let done = server.clone();
     let (transport, pumps) = stdio::filtered(tokio::io::stdin(), tokio::io::stdout());
     let running = server.serve(transport).await?;
-    running.waiting().await?;
+    let waited = running.waiting().await;
+    renewer.abort();
     pumps.finish().await;
+    done.release_if_complete().await;
+    waited?;
     Ok(())
 }

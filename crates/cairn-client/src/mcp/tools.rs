@@ -24,6 +24,11 @@ pub struct CairnTools {
     channel: Api,
     /// The agent's session is created (under its parent) once, on first use.
     ensured: std::sync::Arc<OnceCell<()>>,
+    /// Told once the session exists, so the lease is taken at once.
+    created: std::sync::Arc<tokio::sync::Notify>,
+    /// Renew the lease before each call (MCP over HTTP, where no process
+    /// lives on between calls to renew it).
+    renew_per_call: bool,
     tool_router: ToolRouter<Self>,
 }
 
@@ -75,7 +80,78 @@ impl CairnTools {
             session_id,
             channel,
             ensured,
+            created: std::sync::Arc::default(),
+            renew_per_call: false,
             tool_router: Self::tool_router(),
+        }
+    }
+
+    /// The same tools, renewing the session's lease on every call.
+    #[must_use]
+    pub fn renewing_per_call(mut self) -> Self {
+        self.renew_per_call = true;
+        self
+    }
+
+    /// Renews (or with `finished`, releases) the session's lease.
+    pub async fn keep_alive(&self, finished: bool) -> Result<pb::KeepAliveResponse, tonic::Status> {
+        let mut sessions =
+            pb::session_service_client::SessionServiceClient::new(self.channel.clone());
+        sessions
+            .keep_alive(pb::KeepAliveRequest {
+                session_id: self.session_id.clone(),
+                ttl: self
+                    .args
+                    .lease_ttl
+                    .and_then(|d| prost_types::Duration::try_from(d).ok()),
+                grace: None,
+                finished,
+            })
+            .await
+            .map(tonic::Response::into_inner)
+    }
+
+    /// Renews the lease for as long as the process runs: every third of
+    /// its TTL, at once when the session comes to exist, and again soon
+    /// after a failure (the server restarting, say).
+    pub async fn renew_forever(&self) {
+        loop {
+            let pause = match self.keep_alive(false).await {
+                Ok(r) => r
+                    .lease
+                    .and_then(|l| l.ttl)
+                    .and_then(|t| Duration::try_from(t).ok())
+                    .map_or(Duration::from_secs(20), |ttl| ttl / 3)
+                    .clamp(Duration::from_millis(200), Duration::from_secs(20)),
+                // Not yet created: the first tool call creates it.
+                Err(e) if e.code() == tonic::Code::NotFound => Duration::from_secs(30),
+                // The server restarting, say: soon again.
+                Err(_) => Duration::from_secs(1),
+            };
+            tokio::select! {
+                () = tokio::time::sleep(pause) => {}
+                () = self.created.notified() => {}
+            }
+        }
+    }
+
+    /// At the end of a clean exit: releases the lease as FINISHED when the
+    /// session's plan is complete. An agent that exits (or dies) mid-plan
+    /// keeps its lease, to stall and be lost.
+    pub async fn release_if_complete(&self) {
+        let mut plans = self.plans();
+        let Ok(plan) = plans
+            .get_plan(pb::GetPlanRequest {
+                session_id: self.session_id.clone(),
+            })
+            .await
+        else {
+            return;
+        };
+        let items = plan.into_inner().plan.map(|p| p.items).unwrap_or_default();
+        let at = view::progress(&items);
+        if at.total > 0 && at.done == at.total {
+            let _ = self.keep_alive(true).await;
         }
     }
 
@@ -109,13 +185,20 @@ impl CairnTools {
                     })
                     .await;
                 match created {
-                    Ok(_) => Ok(()),
-                    Err(e) if e.code() == tonic::Code::AlreadyExists => Ok(()),
-                    Err(e) => Err(e),
+                    Ok(_) => {}
+                    Err(e) if e.code() == tonic::Code::AlreadyExists => {}
+                    Err(e) => return Err(e),
                 }
+                self.created.notify_one();
+                Ok(())
             })
             .await
-            .copied()
+            .copied()?;
+        if self.renew_per_call {
+            // A renewal that fails does not fail the call it came with.
+            let _ = self.keep_alive(false).await;
+        }
+        Ok(())
     }
 
     #[tool(
@@ -497,7 +580,7 @@ impl CairnTools {
             read_only_hint = true,
             open_world_hint = false
         ),
-        description = "Wait until your sub-agents have completed their plans (every session under yours, or the given session ids), or until the timeout. Returns whether they finished and each plan's progress."
+        description = "Wait until your sub-agents have completed their plans (every session under yours, or the given session ids), or until the timeout, or until one of them is lost (its agent died: the answer names it and its step, so that you can restart it or reassign its work). Returns whether they finished and each plan's progress."
     )]
     async fn wait(
         &self,
@@ -520,6 +603,7 @@ impl CairnTools {
                 seconds: i64::try_from(seconds).unwrap_or(300),
                 nanos: 0,
             }),
+            fail_fast: Some(true),
         };
         let mut client = pb::watch_service_client::WatchServiceClient::new(self.channel.clone());
         let mut req = tonic::Request::new(req);
@@ -529,8 +613,10 @@ impl CairnTools {
         match client.wait(req).await {
             Ok(r) => {
                 let r = r.into_inner();
+                let now = view::now_micros();
                 ok_json(&json!({
                     "satisfied": r.satisfied,
+                    "lost": r.lost.iter().map(|l| view::lost_sentence(l, now)).collect::<Vec<_>>(),
                     "sessions": r.plans.iter().map(|p| {
                         let at = view::progress(&p.items);
                         json!({

@@ -141,12 +141,13 @@ impl PlanApi {
         who: &Authenticated,
         req: pb::GetPlanStatusRequest,
     ) -> Result<pb::GetPlanStatusResponse> {
-        let (hot, revision) = self
-            .state
-            .store
-            .read_plan(&who.caller, req.session_id)
-            .await?;
-        Ok(status_reply(&hot.record, revision))
+        let id = req.session_id;
+        let (hot, revision) = self.state.store.read_plan(&who.caller, id.clone()).await?;
+        let mut reply: pb::GetPlanStatusResponse = status_reply(&hot.record, revision);
+        if let Some(status) = &mut reply.status {
+            status.lease = self.state.store.lease(&id).as_ref().map(convert::lease_out);
+        }
+        Ok(reply)
     }
 
     async fn complete_plan(

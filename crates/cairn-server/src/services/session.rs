@@ -11,6 +11,7 @@ use cairn_api::session_service_server::SessionService;
 use cairn_core::command::{Command, SessionCommand};
 use cairn_core::error::{Error, Excerpt, Result};
 use cairn_core::session::Session;
+use cairn_store::liveness::KeepAlive;
 use cairn_store::reads::SessionQuery;
 
 /// Default and maximum `page_size` of `ListSessions`.
@@ -144,6 +145,30 @@ impl SessionApi {
             revision,
         })
     }
+
+    async fn keep_alive(
+        &self,
+        who: &Authenticated,
+        req: pb::KeepAliveRequest,
+    ) -> Result<pb::KeepAliveResponse> {
+        let pb::KeepAliveRequest {
+            session_id,
+            ttl,
+            grace,
+            finished,
+        } = req;
+        let ask = KeepAlive {
+            session_id,
+            ttl_ms: convert::duration_ms("ttl", ttl)?,
+            grace_ms: convert::duration_ms("grace", grace)?,
+            finished,
+        };
+        let (lease, revision) = self.state.store.keep_alive(&who.caller, ask).await?;
+        Ok(pb::KeepAliveResponse {
+            lease: Some(convert::lease_out(&lease)),
+            revision,
+        })
+    }
 }
 
 rpcs! {
@@ -158,5 +183,7 @@ rpcs! {
         fn update_session(r: pb::UpdateSessionRequest) -> pb::UpdateSessionResponse => update;
         #[instrument(skip_all, fields(session_id = %Excerpt(&r.get_ref().session_id), cascade = r.get_ref().cascade))]
         fn delete_session(r: pb::DeleteSessionRequest) -> pb::DeleteSessionResponse => delete;
+        #[instrument(skip_all, fields(session_id = %Excerpt(&r.get_ref().session_id)))]
+        fn keep_alive(r: pb::KeepAliveRequest) -> pb::KeepAliveResponse => keep_alive;
     }
 }

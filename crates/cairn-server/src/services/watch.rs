@@ -132,6 +132,7 @@ impl WatchApi {
             target,
             condition,
             timeout,
+            fail_fast,
         } = req;
         let limits = &self.state.policy.limits;
         let target = match target {
@@ -182,7 +183,7 @@ impl WatchApi {
         // Revocation ends a Wait as it ends a Watch.
         let revoked = self.state.auth.revoked(who.token_sha256.as_deref());
         let outcome = tokio::select! {
-            outcome = watch::wait(&self.state.store, target, condition, timeout) => outcome?,
+            outcome = watch::wait(&self.state.store, target, condition, timeout, fail_fast.unwrap_or(true)) => outcome?,
             () = revoked => {
                 return Err(Error::Unauthenticated(
                     "the token of this wait was revoked".into(),
@@ -193,6 +194,7 @@ impl WatchApi {
             satisfied: outcome.satisfied,
             revision: outcome.revision,
             plans: outcome.plans.into_iter().map(convert::plan).collect(),
+            lost: outcome.lost.into_iter().map(convert::lost).collect(),
         })
     }
 }

@@ -7,4 +7,4 @@ pub mod wait;
 
 pub use scope::{Scope, scoped};
 pub use stream::{Delivered, Item, Start, check_start, watch};
-pub use wait::{Condition, WaitOutcome, WaitTarget, wait};
+pub use wait::{Condition, Lost, WaitOutcome, WaitTarget, wait};

@@ -37,6 +37,11 @@ async function decide(id, verb) {
   if (!r.ok) alert((await r.json()).error);
 }
 
+function ago(ms) {
+  const s = Math.max(0, Math.floor(ms / 1000));
+  return s < 60 ? `${s}s` : s < 3600 ? `${Math.floor(s / 60)}m` : s < 86400 ? `${Math.floor(s / 3600)}h` : `${Math.floor(s / 86400)}d`;
+}
+
 function sessionCard(id, byParent) {
   const s = sessions.get(id), p = plans.get(id);
   const card = el("div", "session");
@@ -47,6 +52,13 @@ function sessionCard(id, byParent) {
   if (p && p.source === "observed") head.append(el("span", "badge observed", "observed"));
   const mode = p ? p.mode : "normal";
   if (mode !== "normal") head.append(el("span", "badge " + mode, mode.replace("_", " ")));
+  const lease = s.lease;
+  if (lease) {
+    // The agent's liveness, and how long since its last sign of life.
+    const seen = lease.last_seen_time ? ago(Date.now() - Date.parse(lease.last_seen_time)) : "";
+    head.append(el("span", "badge liveness liveness-" + lease.state, lease.state.toUpperCase() + (seen ? ` · seen ${seen} ago` : "")));
+    if (lease.state === "lost") card.classList.add("lost");
+  }
   const items = p ? p.plan : [];
   const done = items.filter(i => i.status === "completed").length;
   head.append(el("span", "progress", items.length ? `${done}/${items.length}` : ""));

@@ -1,0 +1,193 @@
+//! Leases through the store: `KeepAlive`, the leases read at start, and
+//! the driver that writes each liveness transition as a command.
+//!
+//! ```text
+//!  KeepAlive ─▶ Lessor::renew ── renewed in memory ──▶ answered
+//!                    └── the stored lease must change ──▶ LeaseOp::Hold (a write)
+//!  driver: sleep until Lessor::next_due ─▶ Lessor::due ─▶ LeaseOp::Mark (writes,
+//!          each applied only at the revision it was decided at)
+//!  Hub::dispatch ─▶ Lessor::observe (what was committed, here or elsewhere)
+//! ```
+
+use std::time::Duration;
+
+use cairn_core::access::Caller;
+use cairn_core::command::{Command, LeaseOp, SessionCommand};
+use cairn_core::error::{Error, Result};
+use cairn_core::liveness::Lease;
+use cairn_core::session::Session;
+
+use crate::lessor::{Renewal, Transition};
+use crate::{Store, ops};
+
+/// How many transitions the driver has in flight at once: expiring a
+/// thousand sessions queues them for group commit, not one by one.
+const IN_FLIGHT: usize = 256;
+
+/// The longest the driver sleeps without looking (a safety net: it is
+/// woken when something falls due sooner).
+const IDLE_TICK: Duration = Duration::from_secs(1);
+
+/// What a keep-alive asks.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct KeepAlive {
+    pub session_id: String,
+    /// The TTL and grace to hold the lease with; the server's defaults
+    /// when `None`.
+    pub ttl_ms: Option<u64>,
+    pub grace_ms: Option<u64>,
+    /// The agent is done: release the lease as `FINISHED`.
+    pub finished: bool,
+}
+
+impl Store {
+    /// Renews (or takes, or releases) the lease of a session on behalf of
+    /// `caller`, who needs the right to write its plan. A renewal of a
+    /// lease held as it is costs no write; the answer is the session's
+    /// lease and the revision it was read or written at.
+    pub async fn keep_alive(&self, caller: &Caller, req: KeepAlive) -> Result<(Lease, u64)> {
+        self.limits()
+            .check_resource_id("session_id", &req.session_id)?;
+        let leases = self.hub().leases();
+        let config = leases.config();
+        let ttl = (
+            req.ttl_ms.unwrap_or(config.ttl_ms),
+            req.grace_ms.unwrap_or(config.grace_ms),
+        );
+        cairn_core::liveness::validate(ttl.0, ttl.1)?;
+        if !req.finished
+            && let Renewal::Renewed(mut lease) =
+                leases.renew(caller, &req.session_id, false, Some(ttl))?
+        {
+            lease.last_seen = leases.now();
+            return Ok((lease, self.revision()));
+        }
+        let (ttl_ms, grace_ms, holder) = (ttl.0, ttl.1, config.holder);
+        let op = if req.finished {
+            LeaseOp::Release {
+                ttl_ms,
+                grace_ms,
+                holder,
+            }
+        } else {
+            LeaseOp::Hold {
+                ttl_ms,
+                grace_ms,
+                holder,
+            }
+        };
+        let command = Command::Session(SessionCommand::Lease {
+            session_id: req.session_id.clone(),
+            op,
+        });
+        let (applied, rev) = self.apply(caller, command, 64).await?;
+        let session = applied.into_session()?;
+        let lease = session.lease.ok_or_else(|| {
+            Error::Internal(format!(
+                "session {} holds no lease after a keep-alive",
+                req.session_id
+            ))
+        })?;
+        Ok((lease, rev))
+    }
+
+    /// The last sign of life of a leased session this server saw, for
+    /// reads that show it.
+    pub fn last_seen(&self, session_id: &str) -> Option<cairn_core::Micros> {
+        self.hub().leases().last_seen(session_id)
+    }
+
+    /// A leased session's lease, from memory (no access check: for a
+    /// caller that has read the session).
+    pub fn lease(&self, session_id: &str) -> Option<Lease> {
+        self.hub().leases().lease(session_id)
+    }
+
+    /// Reads every leased session and arms it with a full TTL from now
+    /// (at start: the time this server was down is no agent's fault).
+    pub async fn load_leases(&self) -> Result<usize> {
+        let found = self
+            .read(|v| {
+                let mut out: Vec<(Session, Vec<String>)> = Vec::new();
+                let mut after: Option<String> = None;
+                loop {
+                    let page = v.sessions_after(after.as_deref(), 1024)?;
+                    for s in page.sessions {
+                        if s.lease.is_some() {
+                            let chain = ops::ancestors(v, s.parent_session_id.as_deref())?;
+                            out.push((s, chain));
+                        }
+                    }
+                    match page.next_after {
+                        Some(next) => after = Some(next),
+                        None => return Ok(out),
+                    }
+                }
+            })
+            .await?;
+        let n = found.len();
+        let leases = self.hub().leases();
+        leases.load(found, leases.now());
+        Ok(n)
+    }
+
+    /// Writes liveness transitions as they fall due, until the store
+    /// closes. Each is a `LeaseOp::Mark` applied only at the revision it
+    /// was decided at: of several servers deciding the same change, one
+    /// writes it, and a sign of life that landed in between wins.
+    pub async fn drive_leases(self) {
+        let leases = self.hub().leases();
+        let mut flight = tokio::task::JoinSet::new();
+        loop {
+            let now = leases.now();
+            let sleep = match leases.next_due() {
+                Some(due) if due <= now => Duration::ZERO,
+                Some(due) => {
+                    Duration::from_micros(u64::try_from(due - now).unwrap_or(0)).min(IDLE_TICK)
+                }
+                None => IDLE_TICK,
+            };
+            if !sleep.is_zero() {
+                tokio::select! {
+                    () = tokio::time::sleep(sleep) => {}
+                    () = leases.wake.notified() => {}
+                }
+            }
+            if self.hub().is_closed() {
+                return;
+            }
+            for t in leases.due(leases.now()) {
+                while flight.len() >= IN_FLIGHT {
+                    flight.join_next().await;
+                }
+                let store = self.clone();
+                flight.spawn(async move { store.mark(t).await });
+            }
+            while flight.try_join_next().is_some() {}
+        }
+    }
+
+    async fn mark(&self, t: Transition) {
+        let Transition {
+            session_id,
+            to,
+            expected_revision,
+            last_seen,
+        } = t;
+        let command = Command::Session(SessionCommand::Lease {
+            session_id: session_id.clone(),
+            op: LeaseOp::Mark {
+                to,
+                expected_revision,
+                last_seen,
+            },
+        });
+        match self.apply(&Caller::Open, command, 64).await {
+            Ok(_) => tracing::debug!(session_id, to = to.as_str(), "liveness"),
+            // Deleted since: nothing to mark. Anything else is retried by
+            // the lessor once its retry falls due.
+            Err(Error::SessionNotFound(_)) => {}
+            Err(e) => tracing::warn!(session_id, error = %e, "liveness transition not written"),
+        }
+    }
+}
