@@ -187,7 +187,11 @@ def test_plan_mode_workflow_and_blocked_writes(server_addr):
             [BINARY, "plan", "status", "planner", "--server", server_addr, "--output", "json"],
             capture_output=True, text=True, check=True,
         )
-        assert json.loads(cli.stdout) == json.loads(text)
+        shown, told = json.loads(cli.stdout), json.loads(text)
+        # The lease's last sign of life moves with every renewal of the
+        # running `cairn mcp`; its state does not.
+        assert shown.pop("lease")["state"] == told.pop("lease")["state"] == "active"
+        assert shown == told
         err, text = await call(mcp, "plan_complete", summary="Auth works")
         assert not err and json.loads(text)["active_plan"] is None
         err, text = await call(mcp, "plan_enter", goal="Another")
