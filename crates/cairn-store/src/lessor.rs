@@ -84,6 +84,9 @@ struct Table {
     /// while idle, stalled or lost), found outside a tick.
     lifted: BTreeSet<String>,
     examined: u64,
+    /// This server's name: it runs the timers of the leases it holds only,
+    /// because only it sees their renewals.
+    holder: String,
 }
 
 /// Timings the server was started with.
@@ -145,7 +148,11 @@ impl Table {
         let Some(e) = self.entries.get_mut(id) else {
             return;
         };
-        let due = if e.asked.is_some() {
+        let due = if e.lease.holder != self.holder {
+            // Renewed elsewhere: another replica's to decide. (Adopting the
+            // leases of a replica that died is not built yet.)
+            None
+        } else if e.asked.is_some() {
             e.asked.map(|t| t + RETRY_MICROS)
         } else {
             e.lease.next_due(e.signs, idle_after_ms)
@@ -187,6 +194,7 @@ impl Lessor {
 
     /// Sets the timings (at start, before any lease is followed).
     pub fn configure(&self, config: LeaseConfig) {
+        self.lock().holder.clone_from(&config.holder);
         *self.config.lock().unwrap_or_else(PoisonError::into_inner) = config;
     }
 
@@ -310,7 +318,7 @@ impl Lessor {
         }
         let lease = e.lease.clone();
         let lift = wrote && lease.revive(true).is_some();
-        if lift {
+        if lift && lease.holder == t.holder {
             t.lifted.insert(id.to_owned());
         }
         t.reindex(id, config.idle_after_ms);
@@ -451,7 +459,7 @@ fn observe_event(t: &mut Table, e: &Event, time: Micros, idle: u64) -> bool {
             // Any change of the plan is activity: it ends idleness.
             if let Some(entry) = t.entries.get_mut(&e.session_id) {
                 entry.signs.changed = entry.signs.changed.max(time);
-                if entry.lease.state == Liveness::Idle {
+                if entry.lease.state == Liveness::Idle && entry.lease.holder == t.holder {
                     t.lifted.insert(e.session_id.clone());
                     return true;
                 }
@@ -545,6 +553,27 @@ mod tests {
         let due = l.due(115 * S);
         let got: Vec<_> = due.iter().map(|t| (t.session_id.as_str(), t.to)).collect();
         assert_eq!(got, [("a", Liveness::Lost), ("b", Liveness::Lost)]);
+    }
+
+    #[test]
+    fn a_server_runs_the_timers_of_the_leases_it_holds_only() {
+        let l = lessor();
+        let (mut mine, a) = leased("mine", 10_000, Liveness::Active);
+        let (mut theirs, b) = leased("theirs", 10_000, Liveness::Active);
+        for (s, holder) in [(&mut mine, "me"), (&mut theirs, "other")] {
+            if let Some(lease) = &mut s.lease {
+                lease.holder = holder.into();
+            }
+        }
+        l.configure(LeaseConfig {
+            holder: "me".into(),
+            idle_after_ms: 3_600_000,
+            ..LeaseConfig::default()
+        });
+        l.load([(mine, a), (theirs, b)], 0);
+        let due = l.due(100 * S);
+        assert_eq!(due.len(), 1);
+        assert_eq!(due[0].session_id, "mine");
     }
 
     #[test]
