@@ -178,6 +178,16 @@ impl Lease {
         }
     }
 
+    /// Whether a keep-alive asking for these timings at `holder` must
+    /// write: the stored lease is renewed in memory only while it is held
+    /// (active or idle) as asked, where it is held.
+    pub fn keep_alive_writes(&self, ttl_ms: u64, grace_ms: u64, holder: &str) -> bool {
+        self.revive(false).is_some()
+            || self.ttl_ms != ttl_ms
+            || self.grace_ms != grace_ms
+            || self.holder != holder
+    }
+
     /// The state a sign of life moves the lease to, if it moves: a
     /// keep-alive (`wrote` false) brings back a stalled or lost agent, or
     /// one that had finished and holds a lease again; a write of its plan
@@ -236,6 +246,10 @@ mod tests {
         // A keep-alive does not end idleness; a write does.
         assert_eq!(lease(Liveness::Idle).revive(false), None);
         assert_eq!(lease(Liveness::Idle).revive(true), Some(Liveness::Active));
+        // So a keep-alive of an idle lease held as asked writes nothing.
+        assert!(!lease(Liveness::Idle).keep_alive_writes(10_000, 5_000, ""));
+        assert!(lease(Liveness::Idle).keep_alive_writes(10_000, 5_000, "elsewhere"));
+        assert!(lease(Liveness::Stalled).keep_alive_writes(10_000, 5_000, ""));
     }
 
     #[test]

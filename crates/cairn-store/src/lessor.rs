@@ -78,15 +78,15 @@ pub enum Renewal {
 
 #[derive(Default)]
 struct Table {
+    /// The timings, and this server's name: it runs the timers of the
+    /// leases it holds only, because only it sees their renewals.
+    config: LeaseConfig,
     entries: HashMap<String, Entry>,
     index: BTreeSet<(Micros, String)>,
     /// Sessions whose signs of life call for a transition up (a write
     /// while idle, stalled or lost), found outside a tick.
     lifted: BTreeSet<String>,
     examined: u64,
-    /// This server's name: it runs the timers of the leases it holds only,
-    /// because only it sees their renewals.
-    holder: String,
 }
 
 /// Timings the server was started with.
@@ -116,7 +116,6 @@ impl Default for LeaseConfig {
 /// The leases of one server.
 pub struct Lessor {
     table: Mutex<Table>,
-    config: Mutex<LeaseConfig>,
     /// Monotonic time, in server micros: a wall clock stepped by NTP must
     /// not stall every agent at once.
     origin: (Instant, Micros),
@@ -136,7 +135,6 @@ impl Default for Lessor {
     fn default() -> Self {
         Lessor {
             table: Mutex::new(Table::default()),
-            config: Mutex::new(LeaseConfig::default()),
             origin: (Instant::now(), crate::now_micros()),
             wake: tokio::sync::Notify::new(),
         }
@@ -144,18 +142,18 @@ impl Default for Lessor {
 }
 
 impl Table {
-    fn reindex(&mut self, id: &str, idle_after_ms: u64) {
+    fn reindex(&mut self, id: &str) {
         let Some(e) = self.entries.get_mut(id) else {
             return;
         };
-        let due = if e.lease.holder != self.holder {
+        let due = if e.lease.holder != self.config.holder {
             // Renewed elsewhere: another replica's to decide. (Adopting the
             // leases of a replica that died is not built yet.)
             None
         } else if e.asked.is_some() {
             e.asked.map(|t| t + RETRY_MICROS)
         } else {
-            e.lease.next_due(e.signs, idle_after_ms)
+            e.lease.next_due(e.signs, self.config.idle_after_ms)
         };
         if e.due == due {
             return;
@@ -186,32 +184,24 @@ impl Lessor {
 
     /// The timings in force.
     pub fn config(&self) -> LeaseConfig {
-        self.config
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
+        self.lock().config.clone()
+    }
+
+    /// The TTL and grace of a lease whose keep-alive names none.
+    pub fn defaults(&self) -> (u64, u64) {
+        let t = self.lock();
+        (t.config.ttl_ms, t.config.grace_ms)
     }
 
     /// Sets the timings (at start, before any lease is followed).
     pub fn configure(&self, config: LeaseConfig) {
-        self.lock().holder.clone_from(&config.holder);
-        *self.config.lock().unwrap_or_else(PoisonError::into_inner) = config;
+        self.lock().config = config;
     }
 
     /// Now, in server micros, from a monotonic clock.
     pub fn now(&self) -> Micros {
         let elapsed = Micros::try_from(self.origin.0.elapsed().as_micros()).unwrap_or(Micros::MAX);
         self.origin.1.saturating_add(elapsed)
-    }
-
-    /// How many leases are followed.
-    pub fn len(&self) -> usize {
-        self.lock().entries.len()
-    }
-
-    /// Whether no lease is followed.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 
     /// Entries the ticks have looked at since the start.
@@ -222,7 +212,6 @@ impl Lessor {
     /// Follows the leased sessions read at start, every held lease armed
     /// with a full TTL from `now`.
     pub fn load(&self, sessions: impl IntoIterator<Item = (Session, Vec<String>)>, now: Micros) {
-        let idle = self.config().idle_after_ms;
         let mut t = self.lock();
         for (s, ancestors) in sessions {
             let Some(lease) = s.lease.clone() else {
@@ -248,7 +237,7 @@ impl Lessor {
                     asked: None,
                 },
             );
-            t.reindex(&id, idle);
+            t.reindex(&id);
         }
         drop(t);
         self.wake.notify_one();
@@ -257,12 +246,11 @@ impl Lessor {
     /// Follows committed revisions (called by the hub, in order, before
     /// watchers see them).
     pub fn observe(&self, revisions: &[std::sync::Arc<Revision>]) {
-        let idle = self.config().idle_after_ms;
         let mut t = self.lock();
         let mut woke = false;
         for rev in revisions {
             for e in &rev.events {
-                woke |= observe_event(&mut t, e, rev.time, idle);
+                woke |= observe_event(&mut t, e, rev.time);
             }
         }
         drop(t);
@@ -273,9 +261,10 @@ impl Lessor {
 
     /// A sign of life from `caller` for `id`: a keep-alive (`wrote` false)
     /// or a plan write of its own. Renews in memory when the stored lease
-    /// stays as it is; a write that ends idleness or a stall is left to the
-    /// driver. A keep-alive is checked against the caller's rights here,
-    /// from the facts the table holds.
+    /// stays as it is, and answers it with this renewal as its last sign of
+    /// life; a write that ends idleness or a stall is left to the driver.
+    /// A keep-alive is checked against the caller's rights here, from the
+    /// facts the table holds.
     pub fn renew(
         &self,
         caller: &Caller,
@@ -283,9 +272,9 @@ impl Lessor {
         wrote: bool,
         ttl: Option<(u64, u64)>,
     ) -> Result<Renewal> {
-        let config = self.config();
         let now = self.now();
-        let mut t = self.lock();
+        let mut guard = self.lock();
+        let t = &mut *guard;
         let Some(e) = t.entries.get_mut(id) else {
             return Ok(Renewal::Write);
         };
@@ -302,10 +291,8 @@ impl Lessor {
         }
         let (ttl_ms, grace_ms) = ttl.unwrap_or((e.lease.ttl_ms, e.lease.grace_ms));
         if !wrote
-            && (e.lease.revive(false).is_some()
-                || e.lease.ttl_ms != ttl_ms
-                || e.lease.grace_ms != grace_ms
-                || e.lease.holder != config.holder)
+            && e.lease
+                .keep_alive_writes(ttl_ms, grace_ms, &t.config.holder)
         {
             return Ok(Renewal::Write);
         }
@@ -316,13 +303,16 @@ impl Lessor {
         if wrote {
             e.signs.changed = now;
         }
-        let lease = e.lease.clone();
-        let lift = wrote && lease.revive(true).is_some();
-        if lift && lease.holder == t.holder {
+        let lease = Lease {
+            last_seen: now,
+            ..e.lease.clone()
+        };
+        let lift = wrote && lease.revive(true).is_some() && lease.holder == t.config.holder;
+        if lift {
             t.lifted.insert(id.to_owned());
         }
-        t.reindex(id, config.idle_after_ms);
-        drop(t);
+        t.reindex(id);
+        drop(guard);
         if lift {
             self.wake.notify_one();
         }
@@ -347,8 +337,9 @@ impl Lessor {
     /// what a renewal lifted. Each is asked for once; it is asked again
     /// after [`RETRY_MICROS`] if its commit has not been seen by then.
     pub fn due(&self, now: Micros) -> Vec<Transition> {
-        let idle = self.config().idle_after_ms;
-        let mut t = self.lock();
+        let mut guard = self.lock();
+        let t = &mut *guard;
+        let idle = t.config.idle_after_ms;
         let mut out = Vec::new();
         let mut look = std::mem::take(&mut t.lifted)
             .into_iter()
@@ -388,7 +379,7 @@ impl Lessor {
                     last_seen: e.signs.renewed.max(e.lease.last_seen),
                 });
             }
-            t.reindex(&id, idle);
+            t.reindex(&id);
         }
         out
     }
@@ -405,7 +396,7 @@ impl Lessor {
 
 /// Applies one committed event to the table; whether the driver should
 /// look sooner than it planned.
-fn observe_event(t: &mut Table, e: &Event, time: Micros, idle: u64) -> bool {
+fn observe_event(t: &mut Table, e: &Event, time: Micros) -> bool {
     match (&e.kind, &e.object) {
         (EventKind::SessionDeleted, _) => {
             t.remove(&e.session_id);
@@ -423,10 +414,9 @@ fn observe_event(t: &mut Table, e: &Event, time: Micros, idle: u64) -> bool {
                     }
                 }
             }
+            // A lease is never taken away: a session without one has no
+            // entry.
             let Some(lease) = s.lease.clone() else {
-                if let Some(entry) = t.entries.get_mut(&s.session_id) {
-                    entry.revision = s.revision;
-                }
                 return false;
             };
             let id = s.session_id.clone();
@@ -452,18 +442,18 @@ fn observe_event(t: &mut Table, e: &Event, time: Micros, idle: u64) -> bool {
             entry.agent_id.clone_from(&s.agent_id);
             entry.ancestors.clone_from(&e.ancestors);
             entry.asked = None;
-            t.reindex(&id, idle);
+            t.reindex(&id);
             true
         }
         (EventKind::PlanUpdated, _) => {
             // Any change of the plan is activity: it ends idleness.
             if let Some(entry) = t.entries.get_mut(&e.session_id) {
                 entry.signs.changed = entry.signs.changed.max(time);
-                if entry.lease.state == Liveness::Idle && entry.lease.holder == t.holder {
+                if entry.lease.state == Liveness::Idle && entry.lease.holder == t.config.holder {
                     t.lifted.insert(e.session_id.clone());
                     return true;
                 }
-                t.reindex(&e.session_id, idle);
+                t.reindex(&e.session_id);
             }
             false
         }
@@ -634,7 +624,7 @@ mod tests {
                     if let Some(e) = t.entries.get_mut(&id) {
                         e.signs.renewed = now;
                     }
-                    t.reindex(&id, 3_600_000);
+                    t.reindex(&id);
                 }
             });
             let due = l.due(now);

@@ -49,20 +49,16 @@ impl Store {
         self.limits()
             .check_resource_id("session_id", &req.session_id)?;
         let leases = self.hub().leases();
-        let config = leases.config();
-        let ttl = (
-            req.ttl_ms.unwrap_or(config.ttl_ms),
-            req.grace_ms.unwrap_or(config.grace_ms),
-        );
-        cairn_core::liveness::validate(ttl.0, ttl.1)?;
+        let (ttl, grace) = leases.defaults();
+        let (ttl_ms, grace_ms) = (req.ttl_ms.unwrap_or(ttl), req.grace_ms.unwrap_or(grace));
+        cairn_core::liveness::validate(ttl_ms, grace_ms)?;
         if !req.finished
-            && let Renewal::Renewed(mut lease) =
-                leases.renew(caller, &req.session_id, false, Some(ttl))?
+            && let Renewal::Renewed(lease) =
+                leases.renew(caller, &req.session_id, false, Some((ttl_ms, grace_ms)))?
         {
-            lease.last_seen = leases.now();
             return Ok((lease, self.revision()));
         }
-        let (ttl_ms, grace_ms, holder) = (ttl.0, ttl.1, config.holder);
+        let holder = leases.config().holder;
         let op = if req.finished {
             LeaseOp::Release {
                 ttl_ms,
@@ -89,12 +85,6 @@ impl Store {
             ))
         })?;
         Ok((lease, rev))
-    }
-
-    /// The last sign of life of a leased session this server saw, for
-    /// reads that show it.
-    pub fn last_seen(&self, session_id: &str) -> Option<cairn_core::Micros> {
-        self.hub().leases().last_seen(session_id)
     }
 
     /// A leased session's lease, from memory (no access check: for a

@@ -371,16 +371,7 @@ fn lease(
         ) => {
             liveness::validate(*ttl_ms, *grace_ms)?;
             match current {
-                // Renewing what is held, where it is held: no write (a
-                // keep-alive alone does not end idleness).
-                Some(l)
-                    if matches!(l.state, Liveness::Active | Liveness::Idle)
-                        && l.ttl_ms == *ttl_ms
-                        && l.grace_ms == *grace_ms
-                        && l.holder == *holder =>
-                {
-                    None
-                }
+                Some(l) if !l.keep_alive_writes(*ttl_ms, *grace_ms, holder) => None,
                 _ => Some(Lease::held(*ttl_ms, *grace_ms, holder, ctx.now)),
             }
         }

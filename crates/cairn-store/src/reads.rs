@@ -105,7 +105,7 @@ impl Store {
     /// server saw, which renewals (not stored) make later than the stored.
     pub fn show_last_seen(&self, s: &mut Session) {
         if let Some(lease) = &mut s.lease
-            && let Some(seen) = self.last_seen(&s.session_id)
+            && let Some(seen) = self.hub().leases().last_seen(&s.session_id)
         {
             lease.last_seen = lease.last_seen.max(seen);
         }
