@@ -131,15 +131,28 @@ pub fn lease_json(l: Option<&pb::Lease>) -> Value {
     })
 }
 
-/// A span of time as people say it: `45s`, `2m`, `3h`, `2d`.
-pub fn ago(elapsed_micros: i64) -> String {
-    let s = elapsed_micros.max(0) / 1_000_000;
-    match s {
-        0..60 => format!("{s}s"),
-        60..3600 => format!("{}m", s / 60),
-        3600..86_400 => format!("{}h", s / 3600),
-        _ => format!("{}d", s / 86_400),
+/// A span of seconds as the board says it: `45s`, `2m`, `3h`.
+pub fn ago(secs: u64) -> String {
+    match secs {
+        0..=59 => format!("{secs}s"),
+        60..=3599 => format!("{}m", secs / 60),
+        _ => format!("{}h", secs / 3600),
     }
+}
+
+/// Whole seconds from `then` to `now` (server micros), 0 if `then` is
+/// later.
+pub fn secs_between(then: i64, now: i64) -> u64 {
+    u64::try_from(now.saturating_sub(then).max(0) / 1_000_000).unwrap_or(0)
+}
+
+/// A lease as the surfaces show it: the state's name, and the seconds
+/// since its agent's last sign of life.
+pub fn liveness_of(l: &pb::Lease, now_micros: i64) -> (&'static str, u64) {
+    (
+        liveness_name(l.state()),
+        secs_between(micros(l.last_seen_time.as_ref()), now_micros),
+    )
 }
 
 /// What `Wait` found about a lost sub-agent, in words an agent acts on:
@@ -157,7 +170,7 @@ pub fn lost_sentence(l: &pb::LostSession, now_micros: i64) -> String {
         format!(" at step {} '{}'", l.step_id, l.step)
     };
     let when = match l.last_seen_time.as_ref() {
-        Some(t) => format!(" {} ago", ago(now_micros - micros(Some(t)))),
+        Some(t) => format!(" {} ago", ago(secs_between(micros(Some(t)), now_micros))),
         None => String::new(),
     };
     format!(

@@ -54,13 +54,10 @@ fn board_rows(root: &str, tracked: &HashMap<String, Tracked>) -> Vec<BoardRow> {
                     .as_ref()
                     .and_then(|p| p.status.as_ref())
                     .map_or_else(|| "normal".to_owned(), |s| view::mode_label(s.mode())),
-                idle_secs: u64::try_from((now - t.changed_micros).max(0) / 1_000_000).unwrap_or(0),
+                idle_secs: view::secs_between(t.changed_micros, now),
                 liveness: t.session.lease.as_ref().map(|l| {
-                    let seen = view::micros(l.last_seen_time.as_ref());
-                    (
-                        view::liveness_name(l.state()).to_owned(),
-                        u64::try_from((now - seen).max(0) / 1_000_000).unwrap_or(0),
-                    )
+                    let (state, secs) = view::liveness_of(l, now);
+                    (state.to_owned(), secs)
                 }),
             });
         }

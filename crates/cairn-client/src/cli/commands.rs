@@ -185,12 +185,8 @@ fn session_tree(all: &[pb::Session]) -> String {
             format!("  ({})", s.agent_id)
         };
         let life = s.lease.as_ref().map_or_else(String::new, |l| {
-            let seen = view::micros(l.last_seen_time.as_ref());
-            format!(
-                "  [{}, seen {} ago]",
-                view::liveness_name(l.state()).to_uppercase(),
-                view::ago(now - seen)
-            )
+            let (state, secs) = view::liveness_of(l, now);
+            format!("  [{}, seen {} ago]", state.to_uppercase(), view::ago(secs))
         });
         out.push_str(&format!(
             "{}{}{agent}{life}\n",

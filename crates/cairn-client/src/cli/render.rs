@@ -10,6 +10,8 @@ use std::fmt::Write as _;
 
 use unicode_width::UnicodeWidthStr;
 
+use crate::view::ago;
+
 /// Text from the server made safe for a terminal: a step or todo written by
 /// anyone must not move the cursor, clear the screen or retitle the window.
 /// Line breaks and tabs become spaces; other control characters become
@@ -143,14 +145,6 @@ fn liveness_cell(l: Option<&(String, u64)>, color: bool) -> String {
         (true, "lost") => format!("{BOLD}{RED}{cell}{RESET}"),
         (true, "stalled") => format!("{YELLOW}{cell}{RESET}"),
         _ => cell,
-    }
-}
-
-fn ago(secs: u64) -> String {
-    match secs {
-        0..=59 => format!("{secs}s"),
-        60..=3599 => format!("{}m", secs / 60),
-        _ => format!("{}h", secs / 3600),
     }
 }
 
