@@ -126,24 +126,26 @@ fn liveness_out(l: Liveness) -> pb::Liveness {
 }
 
 fn millis(ms: u64) -> prost_types::Duration {
-    prost_types::Duration {
-        seconds: i64::try_from(ms / 1000).unwrap_or(i64::MAX),
-        nanos: i32::try_from(ms % 1000 * 1_000_000).unwrap_or(0),
-    }
+    prost_types::Duration::try_from(std::time::Duration::from_millis(ms)).unwrap_or_default()
 }
 
-/// A requested lease duration in milliseconds: negative or out of range is
-/// INVALID_ARGUMENT (the bounds are the core's).
+/// A requested duration; negative is INVALID_ARGUMENT.
+pub fn duration(field: &str, d: prost_types::Duration) -> Result<std::time::Duration> {
+    std::time::Duration::try_from(d)
+        .map_err(|_| Error::invalid(field, "must be a non-negative duration"))
+}
+
+/// A requested lease duration in milliseconds: negative, or with its
+/// nanoseconds out of their range (malformed, not a longer duration), is
+/// INVALID_ARGUMENT; the bounds are the core's.
 pub fn duration_ms(field: &str, d: Option<prost_types::Duration>) -> Result<Option<u64>> {
-    let Some(d) = d else { return Ok(None) };
-    if d.seconds < 0 || d.nanos < 0 || d.nanos >= 1_000_000_000 {
-        return Err(Error::invalid(field, "must be a non-negative duration"));
-    }
-    let ms = u64::try_from(d.seconds)
-        .unwrap_or(u64::MAX)
-        .saturating_mul(1000)
-        .saturating_add(u64::try_from(d.nanos / 1_000_000).unwrap_or(0));
-    Ok(Some(ms))
+    d.map(|d| {
+        if !(0..1_000_000_000).contains(&d.nanos) {
+            return Err(Error::invalid(field, "must be a non-negative duration"));
+        }
+        Ok(u64::try_from(duration(field, d)?.as_millis()).unwrap_or(u64::MAX))
+    })
+    .transpose()
 }
 
 // ---- checklist ----

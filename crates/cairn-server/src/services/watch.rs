@@ -78,7 +78,7 @@ impl WatchApi {
         };
         let interval = match progress_interval {
             Some(d) => {
-                let d = duration("progress_interval", d)?;
+                let d = convert::duration("progress_interval", d)?;
                 if d > MAX_PROGRESS_INTERVAL {
                     return Err(Error::invalid("progress_interval", "must be at most 24h"));
                 }
@@ -169,7 +169,7 @@ impl WatchApi {
             Err(_) => return Err(Error::invalid("condition", "unknown condition")),
         };
         let timeout = match timeout {
-            Some(d) => duration("timeout", d)?.min(MAX_WAIT),
+            Some(d) => convert::duration("timeout", d)?.min(MAX_WAIT),
             None => DEFAULT_WAIT,
         };
         let hub_target = match &target {
@@ -197,10 +197,6 @@ impl WatchApi {
             lost: outcome.lost.into_iter().map(convert::lost).collect(),
         })
     }
-}
-
-fn duration(field: &str, d: prost_types::Duration) -> Result<Duration> {
-    Duration::try_from(d).map_err(|_| Error::invalid(field, "must be a non-negative duration"))
 }
 
 fn response(item: Item) -> pb::WatchResponse {
