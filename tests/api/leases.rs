@@ -61,6 +61,22 @@ async fn transitions_until(
     }
 }
 
+/// A session's lease as `GetSession` reads it.
+async fn stored_lease(server: &TestServer, id: &str) -> Option<pb::Lease> {
+    server
+        .sessions()
+        .await
+        .get_session(pb::GetSessionRequest {
+            session_id: id.into(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .session
+        .unwrap()
+        .lease
+}
+
 async fn tree(server: &TestServer) {
     let mut sessions = server.sessions().await;
     sessions.create_session(session("orch", "")).await.unwrap();
@@ -178,16 +194,8 @@ async fn a_silent_agent_stalls_then_is_lost_and_wait_names_it() {
         .unwrap()
         .into_inner();
     assert_eq!(done.lease.unwrap().state(), pb::Liveness::Finished);
-    let got = sessions
-        .get_session(pb::GetSessionRequest {
-            session_id: "orch:coder".into(),
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .session
-        .unwrap();
-    assert_eq!(got.lease.unwrap().state(), pb::Liveness::Finished);
+    let got = stored_lease(&server, "orch:coder").await.unwrap();
+    assert_eq!(got.state(), pb::Liveness::Finished);
 }
 
 #[tokio::test]
@@ -223,15 +231,7 @@ async fn renewals_and_writes_keep_an_agent_active_without_writing() {
     }
     // No renewal wrote anything: the log holds the plan writes only.
     let mut w = WatchServiceClient::new(server.channel().await);
-    let end = server
-        .sessions()
-        .await
-        .get_session(pb::GetSessionRequest {
-            session_id: "orch:coder".into(),
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let lease = stored_lease(&server, "orch:coder").await.unwrap();
     let mut stream = watch(
         &mut w,
         Target::SessionTree("orch".into()),
@@ -249,7 +249,6 @@ async fn renewals_and_writes_keep_an_agent_active_without_writing() {
         kinds.iter().all(|k| *k == pb::EventType::PlanUpdated),
         "{kinds:?}"
     );
-    let lease = end.session.unwrap().lease.unwrap();
     assert_eq!(lease.state(), pb::Liveness::Active);
     let micros = |t: &Option<prost_types::Timestamp>| cairn_api::shapes::micros(t.as_ref());
     assert!(
@@ -362,16 +361,8 @@ async fn a_restart_is_not_a_death() {
         stalled >= restarted + i64::try_from(ttl).unwrap() * 1000 - 100_000,
         "stalled at {stalled}, restarted at {restarted}"
     );
-    let coder = sessions
-        .get_session(pb::GetSessionRequest {
-            session_id: "orch:coder".into(),
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .session
-        .unwrap();
-    assert_eq!(coder.lease.unwrap().state(), pb::Liveness::Active);
+    let coder = stored_lease(&server, "orch:coder").await.unwrap();
+    assert_eq!(coder.state(), pb::Liveness::Active);
 }
 
 #[tokio::test]
@@ -386,6 +377,8 @@ async fn bad_keep_alives_are_refused_and_change_nothing() {
         (d(-1, 0), None, "ttl"),
         (None, d(7200, 0), "grace"),
         (None, d(0, -5), "grace"),
+        // Nanoseconds past a second are malformed, not a longer duration.
+        (d(1, 1_500_000_000), None, "ttl"),
     ] {
         let err = sessions
             .keep_alive(pb::KeepAliveRequest {
@@ -408,14 +401,5 @@ async fn bad_keep_alives_are_refused_and_change_nothing() {
     );
     let err = sessions.keep_alive(keep_alive("")).await.unwrap_err();
     assert_eq!(err.code(), Code::InvalidArgument);
-    let s = sessions
-        .get_session(pb::GetSessionRequest {
-            session_id: "orch:coder".into(),
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .session
-        .unwrap();
-    assert_eq!(s.lease, None);
+    assert_eq!(stored_lease(&server, "orch:coder").await, None);
 }
