@@ -193,6 +193,30 @@ impl Txn {
         self.fetch(key, Compared::AtCommit)
     }
 
+    /// The names under the prefix `start` (each key's last part), in key
+    /// order: an index's members.
+    fn names_under(&self, start: &[u8]) -> Result<Vec<String>> {
+        let kvs = self.scan(start, &prefix_end(start), None, 0)?;
+        Ok(kvs
+            .iter()
+            .filter_map(|kv| suffix(&kv.key, start).map(str::to_owned))
+            .collect())
+    }
+
+    /// At most `limit` (at least one) records under the prefix `start`,
+    /// after the one at `after_key`.
+    fn records_after<T: DeserializeOwned + Stamp>(
+        &self,
+        start: &[u8],
+        after_key: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<Vec<T>> {
+        self.scan(start, &prefix_end(start), after_key, limit.max(1))?
+            .iter()
+            .map(record)
+            .collect()
+    }
+
     /// Keys in `[start, end)` from `after` (exclusive), at most `limit` (0:
     /// all), with the write's own changes laid over them.
     fn scan(
@@ -395,12 +419,7 @@ impl ReadTxn for Txn {
     }
 
     fn children(&self, id: &str) -> Result<Vec<String>> {
-        let start = self.keys.children(id);
-        let kvs = self.scan(&start, &prefix_end(&start), None, 0)?;
-        Ok(kvs
-            .iter()
-            .filter_map(|kv| suffix(&kv.key, &start).map(str::to_owned))
-            .collect())
+        self.names_under(&self.keys.children(id))
     }
 
     fn sessions_after(&self, after: Option<&str>, limit: usize) -> Result<SessionPage> {
@@ -461,17 +480,8 @@ impl ReadTxn for Txn {
     }
 
     fn todos_after(&self, after: Option<&str>, limit: usize) -> Result<Vec<TodoRecord>> {
-        let start = self.keys.all_todos();
         let after_key = after.map(|a| self.keys.todos(a));
-        self.scan(
-            &start,
-            &prefix_end(&start),
-            after_key.as_deref(),
-            limit.max(1),
-        )?
-        .iter()
-        .map(record)
-        .collect()
+        self.records_after(&self.keys.all_todos(), after_key.as_deref(), limit)
     }
 
     fn revisions_from(&self, from: u64, limit: usize, max_bytes: usize) -> Result<Vec<Revision>> {
@@ -487,12 +497,7 @@ impl ReadTxn for Txn {
     }
 
     fn agent_sessions(&self, agent_id: &str) -> Result<Vec<String>> {
-        let start = self.keys.agent_sessions(agent_id);
-        let kvs = self.scan(&start, &prefix_end(&start), None, 0)?;
-        Ok(kvs
-            .iter()
-            .filter_map(|kv| suffix(&kv.key, &start).map(str::to_owned))
-            .collect())
+        self.names_under(&self.keys.agent_sessions(agent_id))
     }
 
     fn principal(&self, id: &str) -> Result<Option<PrincipalRecord>> {
@@ -508,17 +513,8 @@ impl ReadTxn for Txn {
     }
 
     fn principals_after(&self, after: Option<&str>, limit: usize) -> Result<Vec<PrincipalRecord>> {
-        let start = self.keys.principals();
         let after_key = after.map(|a| self.keys.principal(a));
-        self.scan(
-            &start,
-            &prefix_end(&start),
-            after_key.as_deref(),
-            limit.max(1),
-        )?
-        .iter()
-        .map(record)
-        .collect()
+        self.records_after(&self.keys.principals(), after_key.as_deref(), limit)
     }
 
     fn dense(&self) -> bool {
