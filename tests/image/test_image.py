@@ -63,18 +63,25 @@ def image():
         _run("buildah", "commit", "-q", ctr, BASE)
         _run("buildah", "rm", ctr)
         shutil.rmtree(rootfs, ignore_errors=True)
+    # Each build leaves a ~0.5 GB image under vfs storage; a re-tag would
+    # orphan the last one, so every run removes its own image and context
+    # (repeated runs once filled the disk mid-build).
     ctx = tempfile.mkdtemp(prefix="cairn-image-")
-    shutil.copy(binary, pathlib.Path(ctx) / "cairn")
-    _run(
-        "buildah", "build", "-q",
-        "-f", str(ROOT / "deploy" / "Dockerfile"),
-        "--target", "runtime-prebuilt",
-        "--build-arg", f"RUNTIME_IMAGE={BASE}",
-        "--build-arg", "BINARY=cairn",
-        "-t", IMAGE, ctx,
-    )
-    shutil.rmtree(ctx, ignore_errors=True)
-    return IMAGE
+    try:
+        shutil.copy(binary, pathlib.Path(ctx) / "cairn")
+        _run(
+            "buildah", "build", "-q",
+            "-f", str(ROOT / "deploy" / "Dockerfile"),
+            "--target", "runtime-prebuilt",
+            "--build-arg", f"RUNTIME_IMAGE={BASE}",
+            "--build-arg", "BINARY=cairn",
+            "-t", IMAGE, ctx,
+        )
+    finally:
+        shutil.rmtree(ctx, ignore_errors=True)
+    yield IMAGE
+    subprocess.run(["buildah", "rmi", "-f", IMAGE], env=ENV, capture_output=True)
+    subprocess.run(["buildah", "rmi", "--prune"], env=ENV, capture_output=True)
 
 
 def _listener_pids(port):
