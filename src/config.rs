@@ -293,6 +293,11 @@ pub struct ServeArgs {
     /// Most operations etcd accepts in one transaction (its --max-txn-ops).
     #[arg(long, env = "CAIRN_ETCD_MAX_TXN_OPS", default_value_t = 128)]
     pub etcd_max_txn_ops: usize,
+    /// TTL of a replica's presence in etcd: this long after a replica dies,
+    /// the others take over the agent leases it held (each with a full
+    /// lease TTL). etcd may raise it to its own minimum.
+    #[arg(long, env = "CAIRN_ETCD_REPLICA_TTL", default_value = "10s", value_parser = parse_duration)]
+    pub etcd_replica_ttl: Duration,
     /// Origins besides the listen address that may use the dashboard, e.g.
     /// `https://cairn.example.com` behind a reverse proxy (comma-separated).
     #[arg(long, env = "CAIRN_WEB_ORIGINS", value_delimiter = ',')]
@@ -329,6 +334,7 @@ impl ServeArgs {
                 etcd.connection.credentials =
                     self.etcd_user.clone().zip(self.etcd_password_file.clone());
                 etcd.max_txn_ops = self.etcd_max_txn_ops.max(1);
+                etcd.replica_ttl = self.etcd_replica_ttl.max(Duration::from_secs(1));
                 Engine::Etcd(etcd)
             }
         }

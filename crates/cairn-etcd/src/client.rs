@@ -27,8 +27,10 @@ use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 
 use crate::pb::etcdserverpb::{
-    AuthenticateRequest, CompactionRequest, RangeRequest, RangeResponse, TxnRequest, TxnResponse,
-    auth_client::AuthClient, kv_client::KvClient, watch_client::WatchClient,
+    AuthenticateRequest, CompactionRequest, LeaseGrantRequest, LeaseKeepAliveRequest,
+    LeaseRevokeRequest, RangeRequest, RangeResponse, TxnRequest, TxnResponse,
+    auth_client::AuthClient, kv_client::KvClient, lease_client::LeaseClient,
+    watch_client::WatchClient,
 };
 
 /// How to reach the cluster.
@@ -142,6 +144,7 @@ struct Member {
     url: String,
     kv: KvClient<Svc>,
     watch: WatchClient<Svc>,
+    lease: LeaseClient<Svc>,
     auth: AuthClient<Channel>,
     /// Out of rotation since the health check or a call saw it fail.
     out: Mutex<bool>,
@@ -311,6 +314,7 @@ impl Client {
                 url: url.clone(),
                 kv: KvClient::with_interceptor(channel.clone(), token.clone()),
                 watch: WatchClient::with_interceptor(channel.clone(), token.clone()),
+                lease: LeaseClient::with_interceptor(channel.clone(), token.clone()),
                 auth: AuthClient::new(channel),
                 out: Mutex::new(false),
             });
@@ -478,6 +482,52 @@ impl Client {
         .await
         .map_err(|_| self.late("compact"))?
         .map_err(|s| self.failed("compact", &s))?;
+        Ok(())
+    }
+
+    /// Grants an etcd lease of `ttl` (etcd may raise it to its minimum);
+    /// its id.
+    pub async fn grant(&self, ttl: Duration) -> Result<i64> {
+        let mut lease = self.members.list[self.members.pick()].lease.clone();
+        let reply = tokio::time::timeout(
+            self.timeout,
+            lease.lease_grant(LeaseGrantRequest {
+                ttl: i64::try_from(ttl.as_secs().max(1)).unwrap_or(i64::MAX),
+                id: 0,
+            }),
+        )
+        .await
+        .map_err(|_| self.late("lease grant"))?
+        .map_err(|s| self.failed("lease grant", &s))?
+        .into_inner();
+        Ok(reply.id)
+    }
+
+    /// Renews lease `id` once; the TTL it has now, 0 if it is gone
+    /// (expired or revoked).
+    pub async fn keep_alive(&self, id: i64) -> Result<i64> {
+        let mut lease = self.members.list[self.members.pick()].lease.clone();
+        let call = async {
+            let mut replies = lease
+                .lease_keep_alive(tokio_stream::once(LeaseKeepAliveRequest { id }))
+                .await?
+                .into_inner();
+            replies.message().await
+        };
+        let reply = tokio::time::timeout(self.timeout, call)
+            .await
+            .map_err(|_| self.late("lease keep-alive"))?
+            .map_err(|s| self.failed("lease keep-alive", &s))?;
+        Ok(reply.map_or(0, |r| r.ttl))
+    }
+
+    /// Revokes lease `id`: the keys attached to it are deleted at once.
+    pub async fn revoke(&self, id: i64) -> Result<()> {
+        let mut lease = self.members.list[self.members.pick()].lease.clone();
+        tokio::time::timeout(self.timeout, lease.lease_revoke(LeaseRevokeRequest { id }))
+            .await
+            .map_err(|_| self.late("lease revoke"))?
+            .map_err(|s| self.failed("lease revoke", &s))?;
         Ok(())
     }
 

@@ -8,6 +8,7 @@
 //! A write is answered only once etcd has committed it (to a quorum's
 //! disks), and with an error — never a guess — when etcd cannot say.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::PoisonError;
@@ -89,6 +90,7 @@ pub async fn open(opts: &EtcdOptions) -> Result<Store> {
         close_signal: Notify::new(),
         writes: Arc::new(Semaphore::new(opts.max_in_flight.max(1))),
         last_now: Mutex::new(0),
+        presence: Mutex::new(None),
         opts: opts.clone(),
         _runtime: runtime,
     });
@@ -266,6 +268,30 @@ impl Backend for Etcd {
         )
     }
 
+    fn announce(&self, name: &str) -> BoxFuture<'_, Result<()>> {
+        let announce = crate::presence::announce(Arc::clone(&self.inner), name.to_owned());
+        Box::pin(async move {
+            self.inner
+                .rt
+                .spawn(announce)
+                .await
+                .map_err(|e| Error::Internal(format!("replica announcement: {e}")))?
+        })
+    }
+
+    fn replicas(&self) -> BoxFuture<'_, Result<Option<BTreeSet<String>>>> {
+        let inner = Arc::clone(&self.inner);
+        Box::pin(async move {
+            let alive = self
+                .inner
+                .rt
+                .spawn(async move { crate::presence::replicas(&inner).await })
+                .await
+                .map_err(|e| Error::Internal(format!("replicas read: {e}")))??;
+            Ok(Some(alive))
+        })
+    }
+
     fn observe(&self, e: Error) -> Error {
         match e {
             // One bad record (written around Cairn, say with etcdctl) fails
@@ -295,6 +321,12 @@ impl Backend for Etcd {
             if let Some(f) = follower {
                 let _ = f.await;
             }
+            let inner = Arc::clone(&self.inner);
+            let _ = self
+                .inner
+                .rt
+                .spawn(async move { crate::presence::withdraw(&inner).await })
+                .await;
         })
     }
 }

@@ -13,6 +13,8 @@
 //!                                  every mutation; etcd's history of it is
 //!                                  the log, each version at its revision
 //!  {prefix}compact                 the last revision compacted away
+//!  {prefix}r/{replica}             a live replica (on an etcd lease: gone
+//!                                  when the replica stops renewing it)
 //! ```
 //!
 //! Ids are limited to `[A-Za-z0-9._:-]` by the core's limits, so `/` never
@@ -86,6 +88,12 @@ impl Keys {
     }
     pub fn compact(&self) -> Vec<u8> {
         self.key(&[b"compact"])
+    }
+    pub fn replica(&self, name: &str) -> Vec<u8> {
+        self.key(&[b"r/", name.as_bytes()])
+    }
+    pub fn replicas(&self) -> Vec<u8> {
+        self.key(&[b"r/"])
     }
 }
 

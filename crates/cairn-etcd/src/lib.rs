@@ -17,6 +17,8 @@
 //! - [`keys`]: where each record lives under the deployment's prefix;
 //! - [`txn`]: the read and write transactions the mutations run on;
 //! - [`follow`]: the log watch feeding the hub, and catch-up reads;
+//! - [`presence`]: which replicas are alive, for adopting a dead one's
+//!   session leases;
 //! - [`client`]: the etcd calls, their deadlines and error mapping;
 //! - [`engine`]: the [`cairn_store::Backend`] over all of it.
 //!
@@ -28,6 +30,7 @@ pub mod decode;
 pub mod engine;
 pub mod follow;
 pub mod keys;
+pub mod presence;
 pub mod shared;
 pub mod txn;
 

@@ -32,6 +32,9 @@ pub struct EtcdOptions {
     pub max_in_flight: usize,
     /// Times a mutation runs again after losing a race before it fails.
     pub max_attempts: u32,
+    /// TTL of the etcd lease a replica's presence is on: how long after a
+    /// replica dies the others adopt the session leases it held.
+    pub replica_ttl: Duration,
 }
 
 impl EtcdOptions {
@@ -49,6 +52,7 @@ impl EtcdOptions {
             max_txn_ops: 128,
             max_in_flight: 256,
             max_attempts: 64,
+            replica_ttl: Duration::from_secs(10),
         }
     }
 }
@@ -80,6 +84,8 @@ pub struct Inner {
     pub(crate) close_signal: Notify,
     pub(crate) writes: Arc<Semaphore>,
     pub(crate) last_now: Mutex<Micros>,
+    /// The etcd lease this replica's presence is on, once announced.
+    pub(crate) presence: Mutex<Option<i64>>,
     pub(crate) opts: EtcdOptions,
     /// Owns what `rt` runs on; last, so it goes after everything using it.
     pub(crate) _runtime: OwnRuntime,

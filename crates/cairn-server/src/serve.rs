@@ -171,6 +171,9 @@ pub async fn serve(
     let admin_token = read_admin_token(&config)?;
     let store = open.await?.with_limits(config.policy.limits.clone());
     store.hub().leases().configure(config.leases.clone());
+    if !config.leases.holder.is_empty() {
+        store.announce(&config.leases.holder).await?;
+    }
     let leased = store.load_leases().await?;
     tracing::info!(leased, "leases re-armed with a full TTL");
     let liveness = tokio::spawn(store.clone().drive_leases());

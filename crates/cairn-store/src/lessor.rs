@@ -12,11 +12,18 @@
 //! start ([`Lessor::load`]): the time it was down is nobody's fault, as
 //! etcd re-arms its leases after a leader change.
 //!
+//! Each lease names its holder, the replica its agent renews on; only that
+//! replica sees the renewals, so only it runs the lease's timers. When a
+//! holder is no longer among the live replicas ([`Lessor::follow_replicas`])
+//! every survivor adopts its leases, each armed with a full TTL from then;
+//! the transitions they then decide apply at one session revision, so one
+//! of them writes each.
+//!
 //! Cost: the index is ordered by deadline, so a tick pops only what is
 //! due; a renewal moves one entry. `examined` counts the entries ticks
 //! looked at, which is what the bench and a test measure.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 
@@ -40,7 +47,12 @@ struct Entry {
     revision: u64,
     agent_id: String,
     ancestors: Vec<String>,
+    /// The clocks the timers run from: a restart or an adoption re-arms
+    /// them without the agent having shown any sign.
     signs: Signs,
+    /// The last sign of life this server knows of (a renewal here, or the
+    /// one the stored lease carries).
+    seen: Micros,
     /// Its key in the index, when it is in it.
     due: Option<Micros>,
     /// A transition was asked for at this time and not yet seen committed.
@@ -50,7 +62,7 @@ struct Entry {
 impl Entry {
     fn last_seen(&self) -> Micros {
         if self.lease.state.is_held() {
-            self.signs.renewed.max(self.lease.last_seen)
+            self.seen.max(self.lease.last_seen)
         } else {
             self.lease.last_seen
         }
@@ -86,6 +98,11 @@ struct Table {
     /// Sessions whose signs of life call for a transition up (a write
     /// while idle, stalled or lost), found outside a tick.
     lifted: BTreeSet<String>,
+    /// How many followed leases each holder other than this server holds.
+    holders: HashMap<String, usize>,
+    /// Holders no longer among the live replicas: their leases' timers run
+    /// here too.
+    adopted: HashSet<String>,
     examined: u64,
 }
 
@@ -142,13 +159,57 @@ impl Default for Lessor {
 }
 
 impl Table {
-    fn reindex(&mut self, id: &str) {
+    /// Whether this server runs the timers of leases held by `holder`.
+    fn mine(&self, holder: &str) -> bool {
+        holder == self.config.holder || self.adopted.contains(holder)
+    }
+
+    /// Follows `lease` for `id` (new, or replacing what was followed),
+    /// keeping the count of leases by holder.
+    fn hold(&mut self, id: &str, lease: &Lease) {
         let Some(e) = self.entries.get_mut(id) else {
             return;
         };
-        let due = if e.lease.holder != self.config.holder {
-            // Renewed elsewhere: another replica's to decide. (Adopting the
-            // leases of a replica that died is not built yet.)
+        let old = std::mem::replace(&mut e.lease, lease.clone());
+        if old.holder != lease.holder {
+            self.uncount(&old.holder);
+            self.count(&lease.holder);
+        }
+    }
+
+    fn count(&mut self, holder: &str) {
+        if holder != self.config.holder {
+            *self.holders.entry(holder.to_owned()).or_default() += 1;
+        }
+    }
+
+    fn uncount(&mut self, holder: &str) {
+        if let Some(n) = self.holders.get_mut(holder) {
+            *n -= 1;
+            if *n == 0 {
+                self.holders.remove(holder);
+                self.adopted.remove(holder);
+            }
+        }
+    }
+
+    fn insert(&mut self, id: String, entry: Entry) {
+        self.count(&entry.lease.holder);
+        if let Some(old) = self.entries.insert(id, entry) {
+            self.uncount(&old.lease.holder);
+        }
+    }
+
+    fn reindex(&mut self, id: &str) {
+        let Some(e) = self.entries.get(id) else {
+            return;
+        };
+        let mine = self.mine(&e.lease.holder);
+        let Some(e) = self.entries.get_mut(id) else {
+            return;
+        };
+        let due = if !mine {
+            // Renewed on a live replica: that replica decides.
             None
         } else if e.asked.is_some() {
             e.asked.map(|t| t + RETRY_MICROS)
@@ -168,10 +229,11 @@ impl Table {
     }
 
     fn remove(&mut self, id: &str) {
-        if let Some(e) = self.entries.remove(id)
-            && let Some(d) = e.due
-        {
-            self.index.remove(&(d, id.to_owned()));
+        if let Some(e) = self.entries.remove(id) {
+            if let Some(d) = e.due {
+                self.index.remove(&(d, id.to_owned()));
+            }
+            self.uncount(&e.lease.holder);
         }
         self.lifted.remove(id);
     }
@@ -222,9 +284,10 @@ impl Lessor {
             if t.entries.contains_key(&id) {
                 continue;
             }
-            t.entries.insert(
+            t.insert(
                 id.clone(),
                 Entry {
+                    seen: lease.last_seen,
                     lease,
                     revision: s.revision,
                     agent_id: s.agent_id,
@@ -300,6 +363,7 @@ impl Lessor {
             return Ok(Renewal::Renewed(e.lease.clone()));
         }
         e.signs.renewed = now;
+        e.seen = now;
         if wrote {
             e.signs.changed = now;
         }
@@ -307,7 +371,7 @@ impl Lessor {
             last_seen: now,
             ..e.lease.clone()
         };
-        let lift = wrote && lease.revive(true).is_some() && lease.holder == t.config.holder;
+        let lift = wrote && lease.revive(true).is_some() && t.mine(&lease.holder);
         if lift {
             t.lifted.insert(id.to_owned());
         }
@@ -376,7 +440,7 @@ impl Lessor {
                     session_id: id.clone(),
                     to,
                     expected_revision: e.revision,
-                    last_seen: e.signs.renewed.max(e.lease.last_seen),
+                    last_seen: e.seen.max(e.lease.last_seen),
                 });
             }
             t.reindex(&id);
@@ -391,6 +455,63 @@ impl Lessor {
             return Some(Micros::MIN);
         }
         t.index.first().map(|(d, _)| *d)
+    }
+
+    /// The holders of followed leases other than this server: read before
+    /// asking the store which replicas are alive, so that every holder
+    /// named here had announced itself before the answer was read.
+    pub fn holders(&self) -> BTreeSet<String> {
+        self.lock().holders.keys().cloned().collect()
+    }
+
+    /// Takes over the timers of the leases whose holder, among `known`
+    /// (from [`Lessor::holders`]), is not in `alive`, each armed with a
+    /// full TTL from `now`; gives them back to a holder seen alive again.
+    /// Returns the holders adopted by this call.
+    pub fn follow_replicas(
+        &self,
+        known: &BTreeSet<String>,
+        alive: &BTreeSet<String>,
+        now: Micros,
+    ) -> Vec<String> {
+        let mut guard = self.lock();
+        let t = &mut *guard;
+        let mut adopted = Vec::new();
+        let mut moved = HashSet::new();
+        for h in known {
+            let dead = !alive.contains(h);
+            if !t.holders.contains_key(h) || dead == t.adopted.contains(h) {
+                continue;
+            }
+            if dead {
+                t.adopted.insert(h.clone());
+                adopted.push(h.clone());
+            } else {
+                t.adopted.remove(h);
+            }
+            moved.insert(h.clone());
+        }
+        if moved.is_empty() {
+            return adopted;
+        }
+        // Rare (a replica dies or comes back): one pass over the leases.
+        let ids: Vec<String> = t
+            .entries
+            .iter_mut()
+            .filter(|(_, e)| moved.contains(&e.lease.holder))
+            .map(|(id, e)| {
+                e.signs.renewed = e.signs.renewed.max(now);
+                e.signs.changed = e.signs.changed.max(now);
+                e.asked = None;
+                id.clone()
+            })
+            .collect();
+        for id in &ids {
+            t.reindex(id);
+        }
+        drop(guard);
+        self.wake.notify_one();
+        adopted
     }
 }
 
@@ -420,24 +541,37 @@ fn observe_event(t: &mut Table, e: &Event, time: Micros) -> bool {
                 return false;
             };
             let id = s.session_id.clone();
-            let entry = t.entries.entry(id.clone()).or_insert_with(|| Entry {
-                lease: lease.clone(),
-                revision: s.revision,
-                agent_id: s.agent_id.clone(),
-                ancestors: e.ancestors.clone(),
-                signs: Signs {
-                    renewed: lease.last_seen,
-                    changed: time,
-                },
-                due: None,
-                asked: None,
-            });
-            if entry.lease.state != lease.state && lease.state == Liveness::Active {
-                // Taken or taken back: a fresh start for both clocks.
-                entry.signs.renewed = entry.signs.renewed.max(lease.last_seen);
+            if !t.entries.contains_key(&id) {
+                t.insert(
+                    id.clone(),
+                    Entry {
+                        lease: lease.clone(),
+                        revision: s.revision,
+                        agent_id: s.agent_id.clone(),
+                        ancestors: e.ancestors.clone(),
+                        signs: Signs {
+                            renewed: lease.last_seen,
+                            changed: time,
+                        },
+                        seen: lease.last_seen,
+                        due: None,
+                        asked: None,
+                    },
+                );
+            }
+            let was = t.entries.get(&id).map(|e| e.lease.state);
+            t.hold(&id, &lease);
+            let Some(entry) = t.entries.get_mut(&id) else {
+                return false;
+            };
+            // A stored sign of life (a lease taken, here or on another
+            // replica) restarts the timers from it.
+            entry.signs.renewed = entry.signs.renewed.max(lease.last_seen);
+            if was != Some(lease.state) && lease.state == Liveness::Active {
+                // Taken back: activity again.
                 entry.signs.changed = entry.signs.changed.max(time);
             }
-            entry.lease = lease;
+            entry.seen = entry.seen.max(lease.last_seen);
             entry.revision = s.revision;
             entry.agent_id.clone_from(&s.agent_id);
             entry.ancestors.clone_from(&e.ancestors);
@@ -449,7 +583,9 @@ fn observe_event(t: &mut Table, e: &Event, time: Micros) -> bool {
             // Any change of the plan is activity: it ends idleness.
             if let Some(entry) = t.entries.get_mut(&e.session_id) {
                 entry.signs.changed = entry.signs.changed.max(time);
-                if entry.lease.state == Liveness::Idle && entry.lease.holder == t.config.holder {
+                let idle = entry.lease.state == Liveness::Idle;
+                let holder = entry.lease.holder.clone();
+                if idle && t.mine(&holder) {
                     t.lifted.insert(e.session_id.clone());
                     return true;
                 }
@@ -564,6 +700,53 @@ mod tests {
         let due = l.due(100 * S);
         assert_eq!(due.len(), 1);
         assert_eq!(due[0].session_id, "mine");
+    }
+
+    #[test]
+    fn survivors_adopt_the_leases_of_a_dead_replica_with_a_full_ttl() {
+        let l = lessor();
+        l.configure(LeaseConfig {
+            holder: "me".into(),
+            idle_after_ms: 3_600_000,
+            ..LeaseConfig::default()
+        });
+        let held = |id: &str, holder: &str| {
+            let (mut s, a) = leased(id, 10_000, Liveness::Active);
+            if let Some(lease) = &mut s.lease {
+                lease.holder = holder.into();
+                lease.last_seen = 3 * S;
+            }
+            (s, a)
+        };
+        l.load([held("x", "dead"), held("y", "live")], 0);
+        let known = l.holders();
+        assert_eq!(known, ["dead".to_owned(), "live".to_owned()].into());
+        assert!(l.due(100 * S).is_empty());
+
+        // A holder that took a lease after `known` was read is not judged
+        // by an answer that may predate its announcement.
+        l.load([held("z", "newcomer")], 0);
+        let alive: BTreeSet<String> = ["live".to_owned()].into();
+        assert_eq!(l.follow_replicas(&known, &alive, 100 * S), ["dead"]);
+        assert_eq!(
+            l.follow_replicas(&known, &alive, 101 * S),
+            Vec::<String>::new()
+        );
+        // A full TTL from the adoption, then stalled; the last sign of
+        // life is the agent's, not the adoption's.
+        assert!(l.due(109 * S).is_empty());
+        let due = l.due(110 * S);
+        let got: Vec<_> = due
+            .iter()
+            .map(|t| (t.session_id.as_str(), t.to, t.last_seen))
+            .collect();
+        assert_eq!(got, [("x", Liveness::Stalled, 3 * S)]);
+
+        // Seen alive again (it had only lost the store for a while): its
+        // timers are its own again.
+        let back: BTreeSet<String> = ["live".to_owned(), "dead".to_owned()].into();
+        l.follow_replicas(&known, &back, 111 * S);
+        assert!(l.due(200 * S).is_empty());
     }
 
     #[test]

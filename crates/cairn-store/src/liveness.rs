@@ -7,6 +7,8 @@
 //!  driver: sleep until Lessor::next_due ─▶ Lessor::due ─▶ LeaseOp::Mark (writes,
 //!          each applied only at the revision it was decided at)
 //!  Hub::dispatch ─▶ Lessor::observe (what was committed, here or elsewhere)
+//!  every REPLICA_CHECK: Lessor::holders, then Backend::replicas ─▶
+//!          Lessor::follow_replicas (the leases of a dead replica adopted)
 //! ```
 
 use std::time::Duration;
@@ -27,6 +29,10 @@ const IN_FLIGHT: usize = 256;
 /// The longest the driver sleeps without looking (a safety net: it is
 /// woken when something falls due sooner).
 const IDLE_TICK: Duration = Duration::from_secs(1);
+
+/// How often the live replicas are read, while leases held by another
+/// replica are followed (one small read; nothing when there are none).
+const REPLICA_CHECK: Duration = Duration::from_secs(1);
 
 /// What a keep-alive asks.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -121,11 +127,22 @@ impl Store {
         Ok(n)
     }
 
-    /// Writes liveness transitions as they fall due, until the store
-    /// closes. Each is a `LeaseOp::Mark` applied only at the revision it
+    /// Announces this server as the replica `name` for as long as it runs,
+    /// where several share the store (etcd); see [`Store::drive_leases`].
+    pub async fn announce(&self, name: &str) -> Result<()> {
+        self.backend().announce(name).await
+    }
+
+    /// Writes liveness transitions as they fall due, and adopts the leases
+    /// of replicas that died, until the store closes.
+    pub async fn drive_leases(self) {
+        tokio::join!(self.clone().expire(), self.follow_replicas());
+    }
+
+    /// Each transition is a `LeaseOp::Mark` applied only at the revision it
     /// was decided at: of several servers deciding the same change, one
     /// writes it, and a sign of life that landed in between wins.
-    pub async fn drive_leases(self) {
+    async fn expire(self) {
         let leases = self.hub().leases();
         let mut flight = tokio::task::JoinSet::new();
         loop {
@@ -154,6 +171,33 @@ impl Store {
                 flight.spawn(async move { store.mark(t).await });
             }
             while flight.try_join_next().is_some() {}
+        }
+    }
+
+    /// Reads which replicas are alive and adopts the leases of the others.
+    /// The holders are read first: a replica announces itself before it
+    /// takes a lease, so any holder named then and missing from the later
+    /// answer is gone, not yet to come.
+    async fn follow_replicas(self) {
+        let leases = self.hub().leases();
+        while !self.hub().is_closed() {
+            tokio::time::sleep(REPLICA_CHECK).await;
+            let known = leases.holders();
+            if known.is_empty() {
+                continue;
+            }
+            match self.backend().replicas().await {
+                Ok(Some(alive)) => {
+                    for holder in leases.follow_replicas(&known, &alive, leases.now()) {
+                        tracing::warn!(
+                            holder,
+                            "a replica is gone: its leases are now timed here, each with a full TTL"
+                        );
+                    }
+                }
+                Ok(None) => {}
+                Err(e) => tracing::debug!(error = %e, "live replicas not read"),
+            }
         }
     }
 

@@ -8,6 +8,7 @@
 //! transactions, and the rules, the mutations and the server stay as they
 //! are.
 
+use std::collections::BTreeSet;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -242,6 +243,19 @@ pub trait Backend: Send + Sync + 'static {
     /// Bytes the data takes on this machine's disk, if it is here.
     fn bytes(&self) -> Option<u64> {
         None
+    }
+    /// Announces this process, as long as it runs, as the replica `name`
+    /// that holds leases (see [`Backend::replicas`]). Nothing to do for a
+    /// store only one process opens.
+    fn announce(&self, _name: &str) -> BoxFuture<'_, Result<()>> {
+        Box::pin(async { Ok(()) })
+    }
+    /// The replicas announced and alive now, when several processes can
+    /// share this store; `None` when only this one can. A replica missing
+    /// here died (or lost the store long enough to be given up): the
+    /// survivors take over the timers of the leases it held.
+    fn replicas(&self) -> BoxFuture<'_, Result<Option<BTreeSet<String>>>> {
+        Box::pin(async { Ok(None) })
     }
     /// Names the data in a storage error and notes what the error says
     /// about the engine (corruption turns health `NOT_SERVING` for good).

@@ -87,6 +87,10 @@ impl Store {
         Ok(out)
     }
 
+    pub(crate) fn backend(&self) -> &Arc<dyn Backend> {
+        &self.backend
+    }
+
     /// Where the data lives (a file, endpoints), for logs.
     pub fn describe(&self) -> String {
         self.backend.describe()
