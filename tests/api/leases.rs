@@ -403,3 +403,101 @@ async fn bad_keep_alives_are_refused_and_change_nothing() {
     assert_eq!(err.code(), Code::InvalidArgument);
     assert_eq!(stored_lease(&server, "orch:coder").await, None);
 }
+
+/// Two servers decide a transition of one lease at the same revision, and
+/// decide differently (their views differ): one of them writes. On etcd
+/// these are two stores on one cluster, as two replicas are; on redb two
+/// tasks on one store. Each round adds exactly one revision.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transitions_decided_at_one_revision_by_two_servers_are_written_once() {
+    use cairn_core::access::Caller;
+    use cairn_core::command::{Command, LeaseOp, SessionCommand};
+    use cairn_core::liveness::Liveness;
+    use cairn_store::liveness::KeepAlive;
+
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = if cairn_testkit::on_etcd() {
+        Some(cairn_testkit::EtcdCluster::start(3).await)
+    } else {
+        None
+    };
+    let (one, two) = if let Some(c) = &cluster {
+        let opts = cairn_etcd::EtcdOptions::new(c.endpoints());
+        (
+            cairn_etcd::open(&opts).await.unwrap(),
+            cairn_etcd::open(&opts).await.unwrap(),
+        )
+    } else {
+        let opts = cairn_redb::RedbOptions::new(dir.path().join("data"));
+        let s = tokio::task::spawn_blocking(move || cairn_redb::open(&opts))
+            .await
+            .unwrap()
+            .unwrap();
+        (s.clone(), s)
+    };
+    let create = Command::Session(SessionCommand::Create(cairn_core::session::Session {
+        session_id: "x".into(),
+        agent_id: "a".into(),
+        ..Default::default()
+    }));
+    one.apply(&Caller::Open, create, 64).await.unwrap();
+    let (_, mut revision) = one
+        .keep_alive(
+            &Caller::Open,
+            KeepAlive {
+                session_id: "x".into(),
+                ..KeepAlive::default()
+            },
+        )
+        .await
+        .unwrap();
+    let mark = |to: Liveness, expected_revision: u64| {
+        Command::Session(SessionCommand::Lease {
+            session_id: "x".into(),
+            op: LeaseOp::Mark {
+                to,
+                expected_revision,
+                last_seen: 0,
+            },
+        })
+    };
+    let head = |s: cairn_store::Store| async move { s.read(|v| v.revision()).await.unwrap() };
+    for round in 0..20 {
+        let before = head(one.clone()).await;
+        let (a, b) = if round % 2 == 0 {
+            (Liveness::Stalled, Liveness::Idle)
+        } else {
+            (Liveness::Active, Liveness::Lost)
+        };
+        let (x, y) = tokio::join!(
+            one.apply(&Caller::Open, mark(a, revision), 64),
+            two.apply(&Caller::Open, mark(b, revision), 64)
+        );
+        let (x, y) = (
+            x.unwrap().0.into_session().unwrap(),
+            y.unwrap().0.into_session().unwrap(),
+        );
+        let after = head(two.clone()).await;
+        assert_eq!(after, before + 1, "round {round}: one write, not two");
+        // Both answer the one lease now stored, whoever wrote it.
+        let now = head_lease(&one, "x").await;
+        assert!([a, b].contains(&now), "round {round}: {now:?}");
+        assert!(x.revision == after || y.revision == after, "round {round}");
+        revision = after;
+    }
+    one.close().await;
+    two.close().await;
+}
+
+async fn head_lease(
+    store: &cairn_store::Store,
+    id: &'static str,
+) -> cairn_core::liveness::Liveness {
+    store
+        .read(move |v| v.session(id))
+        .await
+        .unwrap()
+        .and_then(|s| s.lease)
+        .map(|l| l.state)
+        .unwrap()
+}

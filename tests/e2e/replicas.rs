@@ -27,19 +27,27 @@ use crate::bin;
 
 /// A replica on `cluster`, with a short etcd deadline so faults show fast.
 fn replica(cluster: &EtcdCluster, dir: &tempfile::TempDir, name: &str) -> Proc {
+    replica_with(cluster, dir, name, &[])
+}
+
+/// A replica with more flags.
+fn replica_with(
+    cluster: &EtcdCluster,
+    dir: &tempfile::TempDir,
+    name: &str,
+    extra: &[&str],
+) -> Proc {
     let endpoints = cluster.endpoints().join(",");
-    Proc::start(
-        &bin(),
-        &dir.path().join(name),
-        &[
-            "--backend",
-            "etcd",
-            "--etcd-endpoints",
-            &endpoints,
-            "--etcd-timeout",
-            "2s",
-        ],
-    )
+    let mut args = vec![
+        "--backend",
+        "etcd",
+        "--etcd-endpoints",
+        &endpoints,
+        "--etcd-timeout",
+        "2s",
+    ];
+    args.extend_from_slice(extra);
+    Proc::start(&bin(), &dir.path().join(name), &args)
 }
 
 /// A plan whose first step names this write, so the log shows which one.
@@ -909,4 +917,275 @@ async fn item_8_one_unreadable_key_drains_nothing() {
         .into_inner();
     assert_eq!(listed.sessions.len(), 1);
     assert_eq!(redundancy(a.channel().await).await.0, 1, "SERVING");
+}
+
+/// A real `cairn mcp` for a sub-agent, spoken to over its stdio.
+struct McpAgent {
+    child: std::process::Child,
+    out: std::io::BufReader<std::process::ChildStdout>,
+}
+
+impl McpAgent {
+    fn start(server: &str, agent: &str, session: &str, parent: &str) -> McpAgent {
+        let mut child = std::process::Command::new(bin())
+            .args(["mcp", "--server", &format!("http://{server}")])
+            .args(["--agent-id", agent, "--session-id", session])
+            .args(["--parent-session-id", parent])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("spawn cairn mcp");
+        let out = std::io::BufReader::new(child.stdout.take().unwrap());
+        let mut agent = McpAgent { child, out };
+        agent.call(
+            1,
+            "initialize",
+            &serde_json::json!({"protocolVersion": "2025-06-18", "capabilities": {},
+                "clientInfo": {"name": "test", "version": "1"}}),
+        );
+        agent.send(&serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+        agent
+    }
+
+    fn send(&mut self, message: &serde_json::Value) {
+        use std::io::Write;
+        let stdin = self.child.stdin.as_mut().unwrap();
+        writeln!(stdin, "{message}").unwrap();
+        stdin.flush().unwrap();
+    }
+
+    /// A request and its answer (blocking: the agent answers at once).
+    fn call(&mut self, id: u64, method: &str, params: &serde_json::Value) -> serde_json::Value {
+        use std::io::BufRead;
+        self.send(
+            &serde_json::json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}),
+        );
+        loop {
+            let mut line = String::new();
+            assert!(
+                self.out.read_line(&mut line).unwrap() > 0,
+                "cairn mcp closed its output"
+            );
+            let reply: serde_json::Value = serde_json::from_str(&line).unwrap();
+            if reply["id"] == id {
+                return reply;
+            }
+        }
+    }
+}
+
+impl Drop for McpAgent {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The liveness transitions of `session` a watch shows, with their
+/// revisions, until a write to `marker`'s plan comes by.
+async fn liveness_until_marker(
+    stream: &mut tonic::Streaming<pb::WatchResponse>,
+    session: &str,
+    marker: &str,
+) -> Vec<(u64, pb::Liveness)> {
+    let mut out = Vec::new();
+    loop {
+        let Kind::Event(e) = cairn_testkit::stream::next(stream).await else {
+            continue;
+        };
+        match e.object.as_ref() {
+            Some(pb::event::Object::Session(s))
+                if s.session_id == session && e.r#type() == pb::EventType::SessionUpdated =>
+            {
+                let state = s
+                    .lease
+                    .as_ref()
+                    .map_or(pb::Liveness::Unspecified, pb::Lease::state);
+                out.push((e.revision, state));
+            }
+            Some(pb::event::Object::Plan(p)) if p.session_id == marker => return out,
+            _ => {}
+        }
+    }
+}
+
+/// The replica an agent renews on is killed: the survivors adopt its
+/// leases (its presence in etcd lapses), arm them with a full TTL, and
+/// the silent agent goes STALLED, then LOST, each decided once although
+/// both survivors decide. The orchestrator's Wait, on a survivor, ends
+/// naming the sub-agent and its step. Three replicas, so that two
+/// survivors race for every transition.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_replica_s_agents_are_declared_lost_once_by_the_survivors() {
+    use cairn_api::session_service_client::SessionServiceClient;
+    if !cairn_testkit::tools::etcd() {
+        return;
+    }
+    let cluster = EtcdCluster::start(3).await;
+    let dir = tempfile::tempdir().unwrap();
+    let timings = [
+        "--etcd-replica-ttl",
+        "2s",
+        "--lease-ttl",
+        "1s",
+        "--lease-grace",
+        "1s",
+    ];
+    let served = replica_with(&cluster, &dir, "a", &timings);
+    let second = replica_with(&cluster, &dir, "b", &timings);
+    let third = replica_with(&cluster, &dir, "c", &timings);
+    let (chan_b, chan_c) = (second.channel().await, third.channel().await);
+    let mut sessions = SessionServiceClient::new(chan_b.clone());
+    sessions
+        .create_session(cairn_testkit::session("orch", ""))
+        .await
+        .unwrap();
+    let start = sessions
+        .create_session(cairn_testkit::session("marker", ""))
+        .await
+        .unwrap()
+        .into_inner()
+        .session
+        .unwrap()
+        .revision;
+    let mut watches = Vec::new();
+    for chan in [&chan_b, &chan_c] {
+        let mut w = WatchServiceClient::new(chan.clone());
+        watches.push(
+            cairn_testkit::stream::watch(&mut w, Target::All(true), Some(start + 1), false).await,
+        );
+    }
+
+    // The sub-agent renews on replica a.
+    let mut agent = McpAgent::start(&served.addr, "coder", "orch:coder", "orch");
+    // Four steps: fewer is a simple task, which gets no plan.
+    let steps = [
+        "Design the schema",
+        "Implement the login API",
+        "Hash passwords",
+        "Write tests",
+    ];
+    let plan: Vec<_> = steps
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            let status = ["completed", "in_progress", "pending", "pending"][i];
+            serde_json::json!({"step": s, "status": status})
+        })
+        .collect();
+    let reply = agent.call(
+        2,
+        "tools/call",
+        &serde_json::json!({"name": "update_plan", "arguments": {"plan": plan}}),
+    );
+    assert_ne!(reply["result"]["isError"], true, "{reply}");
+    let lease = |chan: Channel| async move {
+        SessionServiceClient::new(chan)
+            .get_session(pb::GetSessionRequest {
+                session_id: "orch:coder".into(),
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .session
+            .unwrap()
+            .lease
+    };
+    let deadline = Instant::now() + PATIENCE;
+    while lease(chan_c.clone()).await.is_none() {
+        assert!(Instant::now() < deadline, "the agent took no lease");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Renewed on a, seen from c: three TTLs later it is still ACTIVE.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let held = lease(chan_c.clone()).await.unwrap();
+    assert_eq!(held.state(), pb::Liveness::Active, "{held:?}");
+
+    let waiting = tokio::spawn({
+        let mut w = WatchServiceClient::new(chan_c.clone());
+        async move {
+            w.wait(pb::WaitRequest {
+                target: Some(pb::wait_request::Target::SessionTree("orch".into())),
+                condition: pb::WaitCondition::AllPlansCompleted.into(),
+                timeout: Some(prost_types::Duration {
+                    seconds: 60,
+                    nanos: 0,
+                }),
+                fail_fast: None,
+            })
+            .await
+            .unwrap()
+            .into_inner()
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    served.kill();
+    let killed = Instant::now();
+    let waited = waiting.await.unwrap();
+    let ended = killed.elapsed();
+    assert!(!waited.satisfied);
+    assert_eq!(waited.lost.len(), 1, "{waited:?}");
+    assert_eq!(
+        (
+            waited.lost[0].session_id.as_str(),
+            waited.lost[0].step_id,
+            waited.lost[0].step.as_str()
+        ),
+        ("orch:coder", 2, "Implement the login API")
+    );
+    // Both survivors had a turn at every transition (their adoption is at
+    // most one check apart); then a marker closes the watches' count.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let mut plans = PlanServiceClient::new(chan_b.clone());
+    plans.update_plan(marked("marker", "done")).await.unwrap();
+    let mut seen = Vec::new();
+    for w in &mut watches {
+        seen.push(liveness_until_marker(w, "orch:coder", "marker").await);
+    }
+    let states: Vec<_> = seen[0].iter().map(|(_, l)| *l).collect();
+    let adopted: Vec<_> = states
+        .iter()
+        .skip_while(|l| **l == pb::Liveness::Active)
+        .copied()
+        .collect();
+    assert_eq!(
+        adopted,
+        [pb::Liveness::Stalled, pb::Liveness::Lost],
+        "one STALLED and one LOST after the kill: {states:?}"
+    );
+    assert_eq!(
+        seen[0], seen[1],
+        "both survivors' watches show the same transitions"
+    );
+    // A replica started now replays the same single LOST.
+    let fourth = replica_with(&cluster, &dir, "d", &timings);
+    let upto = plans
+        .get_plan(pb::GetPlanRequest {
+            session_id: "marker".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .plan
+        .unwrap()
+        .revision;
+    let log = history(&mut WatchServiceClient::new(fourth.channel().await), upto).await;
+    let lost = log
+        .iter()
+        .filter(|e| {
+            matches!(&e.object, Some(pb::event::Object::Session(s))
+                if s.session_id == "orch:coder"
+                    && s.lease.as_ref().is_some_and(|l| l.state() == pb::Liveness::Lost))
+        })
+        .count();
+    assert_eq!(lost, 1, "one LOST in the log");
+    let stalled_at = seen[0]
+        .iter()
+        .find(|(_, l)| *l == pb::Liveness::Stalled)
+        .map(|(r, _)| *r);
+    eprintln!(
+        "replica serving the agent killed: Wait on a survivor ended {ended:?} after the kill (replica TTL 2 s + lease TTL 1 s + grace 1 s); transitions {states:?} (STALLED at revision {stalled_at:?}), the same on both survivors, one LOST in the log"
+    );
+    drop(agent);
 }
