@@ -8,6 +8,9 @@
 #  - the etcd backend on that etcd: UpdatePlan and GetPlan with one Cairn
 #    replica and with two;
 #  - UpdatePlan with 5, 50 and 200-step plans;
+#  - leases: KeepAlive over 10,000 and 100,000 leased sessions (server CPU
+#    per keep-alive), beside UpdatePlan on the same store, and how many
+#    lease deadlines the expiry ticks looked at meanwhile;
 #  - growth: random UpdatePlan and GetPlan over 1,000 and 1,000,000
 #    sessions, the file's bytes per session, the server's RSS, restart time
 #    (with the default caches, then with caches sized to the store);
@@ -16,6 +19,7 @@
 #
 #   bench/run.sh                      # defaults below
 #   DURATION=20s CONCURRENCY=64 bench/run.sh
+#   ONLY=leases bench/run.sh          # the ceiling rows and the lease rows
 #
 # Needs etcd (Debian: etcd-server) and h2load (nghttp2-client); installs
 # them if missing.
@@ -94,6 +98,24 @@ start_etcd() {
   echo "etcd did not start" >&2; exit 1
 }
 
+# ---- leases: a keep-alive is a renewal in memory; expiry looks at the
+# due deadlines only (the metrics say how many it looked at)
+leases_rows() {
+  MPORT=$((PORT + 10))
+  examined() {
+    python3 -c "import urllib.request as u; t = u.urlopen('http://127.0.0.1:$MPORT/metrics').read().decode(); print(next((int(float(l.split()[-1])) for l in t.splitlines() if l.startswith('cairn_lease_deadlines_examined_total')), 0))"
+  }
+  for n in 10000 100000; do
+    start_cairn --metrics-listen "127.0.0.1:$MPORT"
+    bench "populate $n sessions, each leased" populate "$CAIRN" --sessions "$n" --leased
+    before=$(examined)
+    bench "KeepAlive, random of $n leased sessions" keep-alive "$CAIRN" --sessions "$n"
+    note "{\"label\": \"lease deadlines examined during the $n-lease KeepAlive row\", \"scenario\": \"Examined\", \"sessions\": $n, \"examined\": $(( $(examined) - before ))}"
+    bench "UpdatePlan, random of $n leased sessions" update-plan "$CAIRN" --sessions "$n"
+    stop
+  done
+}
+
 # ---- the transport ceiling, writes and reads (cairn-bench)
 start_cairn
 bench "health check (transport ceiling)" health "$CAIRN"
@@ -104,6 +126,12 @@ stop
 start_cairn --commit-batch 1
 bench "UpdatePlan, --commit-batch 1" update-plan "$CAIRN"
 stop
+
+if [ "${ONLY:-}" = leases ]; then # the lease rows beside the ceiling rows above
+  leases_rows
+  python3 bench/table.py "$OUT"
+  exit 0
+fi
 
 # ---- the same with h2load, and etcd Put with it
 start_cairn
@@ -151,6 +179,8 @@ bench2 "etcd backend, 2 replicas: GetPlan" get-plan
 kill "$second_pid"; wait "$second_pid" 2>/dev/null || true
 stop
 kill "$etcd_pid"; wait "$etcd_pid" 2>/dev/null || true
+
+leases_rows
 
 # ---- plan size: the same ~51 bytes per step, 5, 50 and 200 steps
 start_cairn

@@ -26,7 +26,7 @@ print("| scenario | clients | ops/s | p50 ms | p99 ms | p99.9 ms | server CPU µ
 print("|---|---:|---:|---:|---:|---:|---:|---:|")
 for r in rows:
     kind = r["scenario"]
-    if kind in ("FileSize", "Restart"):
+    if kind in ("FileSize", "Restart", "Examined"):
         continue
     rss = r.get("server_rss_kb")
     rss = f"{rss / 1024:.0f}" if rss else ""
@@ -59,6 +59,14 @@ if sizes:
             f"| {s['sessions']:,} sessions | {s['bytes'] / 2**20:,.0f} MiB | {s['bytes'] / s['sessions']:,.0f} | "
             f"{r.get('seconds', 0):.2f} s | {r.get('server_rss_kb', 0) / 1024:.0f} |"
         )
+
+examined = [r for r in rows if r["scenario"] == "Examined"]
+if examined:
+    print()
+    print("| leased sessions | lease deadlines the expiry ticks looked at during the KeepAlive row |")
+    print("|---|---:|")
+    for r in examined:
+        print(f"| {r['sessions']:,} | {r['examined']:,} |")
 
 print()
 print("| target | measured | met |")

@@ -22,6 +22,7 @@ mod etcd;
 
 use cairn_api as pb;
 use cairn_api::plan_service_client::PlanServiceClient;
+use cairn_api::session_service_client::SessionServiceClient;
 use cairn_api::watch_service_client::WatchServiceClient;
 use cairn_client::view::{micros, now_micros};
 use cairn_core::duration::parse_duration;
@@ -38,6 +39,9 @@ pub enum Scenario {
     UpdatePlan,
     /// `GetPlan` of a stored plan.
     GetPlan,
+    /// `SessionService.KeepAlive` of a random session among `sessions`,
+    /// leased by `populate --leased`: a renewal, which writes nothing.
+    KeepAlive,
     /// etcd `Put` of the same payload size.
     EtcdPut,
     /// etcd serializable `Range` of one key.
@@ -114,6 +118,9 @@ pub struct BenchArgs {
     /// Watch fan-out: plan updates per second.
     #[arg(long, env = "CAIRN_BENCH_RATE", default_value_t = 1000)]
     pub rate: u64,
+    /// Populate: also take each session's lease (a first keep-alive).
+    #[arg(long)]
+    pub leased: bool,
     /// Watch fan-out: what each watcher watches.
     #[arg(long, value_enum, default_value_t = WatchTarget::Tree)]
     pub watch: WatchTarget,
@@ -275,7 +282,8 @@ async fn populate(args: &BenchArgs) -> Result<Report, BoxError> {
     let start = Instant::now();
     let mut tasks = Vec::with_capacity(args.concurrency);
     for i in 0..args.concurrency.max(1) {
-        let mut client = PlanServiceClient::new(channels[i % channels.len()].clone());
+        let client_channel = channels[i % channels.len()].clone();
+        let mut client = PlanServiceClient::new(client_channel.clone());
         let next = std::sync::Arc::clone(&next);
         let args = args.clone();
         tasks.push(tokio::spawn(async move {
@@ -295,6 +303,14 @@ async fn populate(args: &BenchArgs) -> Result<Report, BoxError> {
                         ..pb::UpdatePlanRequest::default()
                     })
                     .await?;
+                if args.leased {
+                    SessionServiceClient::new(client_channel.clone())
+                        .keep_alive(pb::KeepAliveRequest {
+                            session_id: format!("{}-{n}", args.session_prefix),
+                            ..pb::KeepAliveRequest::default()
+                        })
+                        .await?;
+                }
                 latencies.push(u32::try_from(sent.elapsed().as_micros()).unwrap_or(u32::MAX));
             }
         }));
@@ -355,6 +371,13 @@ async fn one(args: &BenchArgs, channel: Conn, i: usize, round: u64) -> Result<()
         Scenario::GetPlan => PlanServiceClient::new(channel)
             .get_plan(pb::GetPlanRequest {
                 session_id: session_for(args, i),
+            })
+            .await
+            .map(|_| ()),
+        Scenario::KeepAlive => SessionServiceClient::new(channel)
+            .keep_alive(pb::KeepAliveRequest {
+                session_id: session_for(args, i),
+                ..pb::KeepAliveRequest::default()
             })
             .await
             .map(|_| ()),

@@ -86,6 +86,13 @@ async fn metrics_move_under_load_with_bounded_labels() {
             .is_err()
     );
     let _ = stream.message().await;
+    cairn_api::session_service_client::SessionServiceClient::new(server.channel().await)
+        .keep_alive(pb::KeepAliveRequest {
+            session_id: "secret-session-1-1".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
     let after = scrape(&metrics);
 
     let ok =
@@ -107,6 +114,12 @@ async fn metrics_move_under_load_with_bounded_labels() {
     assert!(value(&after, "cairn_revision") >= 401.0);
     assert_eq!(value(&after, r#"cairn_watch_streams{target="tree"}"#), 1.0);
     assert!(value(&after, "cairn_store_bytes") > 0.0);
+    // One lease taken, none due: no deadline looked at yet.
+    assert_eq!(value(&after, "cairn_leases"), 1.0);
+    assert!(
+        after.contains("cairn_lease_deadlines_examined_total 0"),
+        "{after}"
+    );
     assert!(after.contains("# HELP cairn_commit_duration_seconds"));
     // No id ever becomes a label.
     assert!(!after.contains("secret-session"), "{after}");

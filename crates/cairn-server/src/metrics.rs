@@ -97,6 +97,8 @@ pub async fn serve(
                     metrics::gauge!("cairn_store_bytes").set(bytes as f64);
                 }
                 cairn_store::telemetry::revision(store.revision());
+                let leases = store.hub().leases();
+                cairn_store::telemetry::leases(leases.followed(), leases.examined());
                 (
                     [(
                         http::header::CONTENT_TYPE,

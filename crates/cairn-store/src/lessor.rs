@@ -271,6 +271,11 @@ impl Lessor {
         self.lock().examined
     }
 
+    /// How many leases are followed.
+    pub fn followed(&self) -> usize {
+        self.lock().entries.len()
+    }
+
     /// Follows the leased sessions read at start, every held lease armed
     /// with a full TTL from `now`.
     pub fn load(&self, sessions: impl IntoIterator<Item = (Session, Vec<String>)>, now: Micros) {

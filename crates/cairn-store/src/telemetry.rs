@@ -39,6 +39,15 @@ pub fn resync() {
     metrics::counter!("cairn_watch_resyncs_total").increment(1);
 }
 
+/// The leases this server follows, and how many deadline-index entries
+/// its expiry ticks have looked at since it started (what proves expiry
+/// costs the expiring, not every lease).
+#[allow(clippy::cast_precision_loss)]
+pub fn leases(followed: usize, examined: u64) {
+    metrics::gauge!("cairn_leases").set(followed as f64);
+    metrics::counter!("cairn_lease_deadlines_examined_total").absolute(examined);
+}
+
 /// Describes every metric the store records, for `# HELP` lines.
 pub fn describe() {
     metrics::describe_histogram!(
@@ -61,4 +70,9 @@ pub fn describe() {
         "Slow watchers that fell behind and caught up from the log"
     );
     metrics::describe_gauge!("cairn_store_bytes", "Bytes of the database file");
+    metrics::describe_gauge!("cairn_leases", "Leased sessions this server follows");
+    metrics::describe_counter!(
+        "cairn_lease_deadlines_examined_total",
+        "Lease deadlines the expiry ticks looked at (the due ones, and what a sign of life lifted)"
+    );
 }
