@@ -49,7 +49,13 @@ async fn transitions_until(
     until: pb::Liveness,
 ) -> Vec<(u64, pb::Liveness)> {
     let mut out = Vec::new();
+    // Progress messages keep coming: the patience bounds the whole wait.
+    let deadline = Instant::now() + cairn_testkit::stream::PATIENCE;
     loop {
+        assert!(
+            Instant::now() < deadline,
+            "no {until:?} within the patience: {out:?}"
+        );
         if let Kind::Event(e) = next(stream).await
             && let Some(l) = liveness_of(&e)
         {
@@ -345,7 +351,12 @@ async fn a_restart_is_not_a_death() {
     // What happens next is the silent one's stall, a full TTL past the
     // restart, and nothing about the renewing one.
     let mut stalled = None;
+    let deadline = Instant::now() + cairn_testkit::stream::PATIENCE;
     while stalled.is_none() {
+        assert!(
+            Instant::now() < deadline,
+            "the silent session never stalled"
+        );
         if let Kind::Event(e) = next(&mut stream).await {
             assert_eq!(e.session_id, "orch:gone", "{e:?}");
             let Some(pb::event::Object::Session(s)) = e.object else {

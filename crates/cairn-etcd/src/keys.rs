@@ -13,6 +13,7 @@
 //!                                  every mutation; etcd's history of it is
 //!                                  the log, each version at its revision
 //!  {prefix}compact                 the last revision compacted away
+//!  {prefix}l/{session}             leased session (empty value)
 //!  {prefix}r/{replica}             a live replica (on an etcd lease: gone
 //!                                  when the replica stops renewing it)
 //! ```
@@ -88,6 +89,12 @@ impl Keys {
     }
     pub fn compact(&self) -> Vec<u8> {
         self.key(&[b"compact"])
+    }
+    pub fn leased(&self, session: &str) -> Vec<u8> {
+        self.key(&[b"l/", session.as_bytes()])
+    }
+    pub fn all_leased(&self) -> Vec<u8> {
+        self.key(&[b"l/"])
     }
     pub fn replica(&self, name: &str) -> Vec<u8> {
         self.key(&[b"r/", name.as_bytes()])

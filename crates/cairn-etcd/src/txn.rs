@@ -500,6 +500,10 @@ impl ReadTxn for Txn {
         self.names_under(&self.keys.agent_sessions(agent_id))
     }
 
+    fn leased(&self) -> Result<Vec<String>> {
+        self.names_under(&self.keys.all_leased())
+    }
+
     fn principal(&self, id: &str) -> Result<Option<PrincipalRecord>> {
         self.typed(&self.keys.principal(id))
     }
@@ -576,6 +580,15 @@ impl WriteTxn for Txn {
     }
     fn delete_agent_session(&mut self, agent_id: &str, session_id: &str) -> Result<()> {
         let key = self.keys.agent_session(agent_id, session_id);
+        self.delete(key)
+    }
+    fn put_leased(&mut self, session_id: &str) -> Result<()> {
+        let key = self.keys.leased(session_id);
+        self.put(key, Vec::new());
+        Ok(())
+    }
+    fn delete_leased(&mut self, session_id: &str) -> Result<()> {
+        let key = self.keys.leased(session_id);
         self.delete(key)
     }
     fn put_principal(&mut self, p: &PrincipalRecord) -> Result<()> {

@@ -76,6 +76,7 @@ failed_view! {
     session(&str) -> Option<cairn_core::session::Session>;
     children(&str) -> Vec<String>;
     sessions_after(Option<&str>, usize) -> records::SessionPage;
+    leased() -> Vec<String>;
     plan(&str) -> Option<records::PlanRecord>;
     history(&str, u64, usize, usize) -> (Vec<cairn_core::plan_mode::HistoryEntry>, Option<u64>);
     todos(&str) -> Option<records::TodoRecord>;

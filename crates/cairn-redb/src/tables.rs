@@ -38,6 +38,8 @@ const OLD_EVENT_TIMES: TableDefinition<u64, i64> = TableDefinition::new("event_t
 
 /// Sessions by agent, for agent watches and listing by agent.
 const AGENT_SESSIONS: TableDefinition<(&str, &str), ()> = TableDefinition::new("agent_sessions");
+/// Sessions holding a lease, read at start instead of every session.
+const LEASED: TableDefinition<&str, ()> = TableDefinition::new("leased");
 const PRINCIPALS: TableDefinition<&str, &[u8]> = TableDefinition::new("principals");
 /// Principal id by the hex SHA-256 of its token: tokens themselves are
 /// never stored.
@@ -161,6 +163,7 @@ pub fn open(
         txn.open_table(TODOS)?;
         txn.open_table(PRINCIPALS)?;
         txn.open_table(TOKENS)?;
+        txn.open_table(LEASED)?;
         // A store written before the agent index existed: index it once.
         let sessions = txn.open_table(SESSIONS)?;
         let mut by_agent = txn.open_table(AGENT_SESSIONS)?;
@@ -203,6 +206,14 @@ mod read {
     }
 
     /// Second halves of the `(first, second)` keys whose first half is `first`.
+    pub fn keys(t: &impl ReadableTable<&'static str, ()>) -> Result<Vec<String>, Db> {
+        let mut out = Vec::new();
+        for entry in t.range::<&str>(..)? {
+            out.push(entry?.0.value().to_owned());
+        }
+        Ok(out)
+    }
+
     pub fn pairs(
         t: &impl ReadableTable<(&'static str, &'static str), ()>,
         first: &str,
@@ -390,6 +401,9 @@ impl ReadTxn for RedbTxn<'_> {
     fn agent_sessions(&self, agent_id: &str) -> Result<Vec<String>> {
         db(|| read::pairs(&self.0.open_table(AGENT_SESSIONS)?, agent_id))
     }
+    fn leased(&self) -> Result<Vec<String>> {
+        db(|| read::keys(&self.0.open_table(LEASED)?))
+    }
     fn principal(&self, id: &str) -> Result<Option<PrincipalRecord>> {
         db(|| read::record(&self.0.open_table(PRINCIPALS)?, id))
     }
@@ -467,6 +481,7 @@ pub struct RedbWrite<'txn> {
     todos: Held<'txn, &'static str, &'static [u8]>,
     events: Held<'txn, u64, &'static [u8]>,
     agent_sessions: Held<'txn, (&'static str, &'static str), ()>,
+    leased: Held<'txn, &'static str, ()>,
     principals: Held<'txn, &'static str, &'static [u8]>,
     tokens: Held<'txn, &'static str, &'static str>,
 }
@@ -489,6 +504,7 @@ impl<'txn> RedbWrite<'txn> {
             todos: Held::new(TODOS),
             events: Held::new(EVENTS),
             agent_sessions: Held::new(AGENT_SESSIONS),
+            leased: Held::new(LEASED),
             principals: Held::new(PRINCIPALS),
             tokens: Held::new(TOKENS),
         }
@@ -559,6 +575,9 @@ impl ReadTxn for RedbWrite<'_> {
     }
     fn agent_sessions(&self, agent_id: &str) -> Result<Vec<String>> {
         db(|| read::pairs(&*self.agent_sessions.get(self.txn)?, agent_id))
+    }
+    fn leased(&self) -> Result<Vec<String>> {
+        db(|| read::keys(&*self.leased.get(self.txn)?))
     }
     fn principal(&self, id: &str) -> Result<Option<PrincipalRecord>> {
         db(|| read::record(&*self.principals.get(self.txn)?, id))
@@ -677,6 +696,20 @@ impl WriteTxn for RedbWrite<'_> {
         })
     }
 
+    fn put_leased(&mut self, session_id: &str) -> Result<()> {
+        db(|| {
+            self.leased.get(self.txn)?.insert(session_id, ())?;
+            Ok(())
+        })
+    }
+
+    fn delete_leased(&mut self, session_id: &str) -> Result<()> {
+        db(|| {
+            self.leased.get(self.txn)?.remove(session_id)?;
+            Ok(())
+        })
+    }
+
     fn delete_agent_session(&mut self, agent_id: &str, session_id: &str) -> Result<()> {
         db(|| {
             self.agent_sessions
@@ -787,6 +820,7 @@ pub fn backup(from: &ReadTransaction, dest: &std::path::Path) -> Result<u64> {
         copy_table(from, &txn, TODOS)?;
         copy_table(from, &txn, EVENTS)?;
         copy_table(from, &txn, AGENT_SESSIONS)?;
+        copy_table(from, &txn, LEASED)?;
         copy_table(from, &txn, PRINCIPALS)?;
         copy_table(from, &txn, TOKENS)?;
         txn.commit()?;

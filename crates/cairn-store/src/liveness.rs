@@ -99,26 +99,23 @@ impl Store {
         self.hub().leases().lease(session_id)
     }
 
-    /// Reads every leased session and arms it with a full TTL from now
-    /// (at start: the time this server was down is no agent's fault).
+    /// Reads every leased session (from the index of them: a store of a
+    /// million sessions with a few leased reads a few) and arms it with a
+    /// full TTL from now (at start: the time this server was down is no
+    /// agent's fault).
     pub async fn load_leases(&self) -> Result<usize> {
         let found = self
             .read(|v| {
                 let mut out: Vec<(Session, Vec<String>)> = Vec::new();
-                let mut after: Option<String> = None;
-                loop {
-                    let page = v.sessions_after(after.as_deref(), 1024)?;
-                    for s in page.sessions {
-                        if s.lease.is_some() {
-                            let chain = ops::ancestors(v, s.parent_session_id.as_deref())?;
-                            out.push((s, chain));
-                        }
-                    }
-                    match page.next_after {
-                        Some(next) => after = Some(next),
-                        None => return Ok(out),
+                for id in v.leased()? {
+                    if let Some(s) = v.session(&id)?
+                        && s.lease.is_some()
+                    {
+                        let chain = ops::ancestors(v, s.parent_session_id.as_deref())?;
+                        out.push((s, chain));
                     }
                 }
+                Ok(out)
             })
             .await?;
         let n = found.len();

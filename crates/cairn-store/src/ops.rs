@@ -414,6 +414,9 @@ fn lease(
         return Ok((old, ctx.revision()));
     };
     let mut s = old;
+    if s.lease.is_none() {
+        ctx.txn.put_leased(id)?;
+    }
     s.lease = Some(next);
     s.update_time = ctx.now;
     s.revision = ctx.next_revision();
@@ -479,6 +482,9 @@ fn delete_session(
         }
         if !s.agent_id.is_empty() {
             ctx.txn.delete_agent_session(&s.agent_id, sid)?;
+        }
+        if s.lease.is_some() {
+            ctx.txn.delete_leased(sid)?;
         }
         events.push(Event::session(EventKind::SessionDeleted, &s, chain));
     }

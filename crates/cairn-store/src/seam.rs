@@ -57,6 +57,9 @@ pub trait ReadTxn {
     fn revision_times(&self, from: u64, limit: usize) -> Result<Vec<(u64, Micros)>>;
     /// Ids of the sessions whose agent is `agent_id`, ordered.
     fn agent_sessions(&self, agent_id: &str) -> Result<Vec<String>>;
+    /// Ids of the sessions that hold a lease, ordered: what a server
+    /// starting follows, read without scanning every session.
+    fn leased(&self) -> Result<Vec<String>>;
     fn principal(&self, id: &str) -> Result<Option<PrincipalRecord>>;
     /// The principal whose token has this hex SHA-256.
     fn principal_by_token(&self, token_sha256: &str) -> Result<Option<PrincipalRecord>>;
@@ -98,6 +101,10 @@ pub trait WriteTxn: ReadTxn {
     fn put_todos(&mut self, t: &TodoRecord) -> Result<()>;
     fn put_agent_session(&mut self, agent_id: &str, session_id: &str) -> Result<()>;
     fn delete_agent_session(&mut self, agent_id: &str, session_id: &str) -> Result<()>;
+    /// Indexes a session as leased (a lease, once taken, is kept until the
+    /// session is deleted).
+    fn put_leased(&mut self, session_id: &str) -> Result<()>;
+    fn delete_leased(&mut self, session_id: &str) -> Result<()>;
     /// Stores a principal and indexes its token hash.
     fn put_principal(&mut self, p: &PrincipalRecord) -> Result<()>;
     /// Removes a principal and its token hash.
