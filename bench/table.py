@@ -63,10 +63,13 @@ if sizes:
 examined = [r for r in rows if r["scenario"] == "Examined"]
 if examined:
     print()
-    print("| leased sessions | lease deadlines the expiry ticks looked at during the KeepAlive row |")
-    print("|---|---:|")
+    print("| KeepAlive row | leased sessions | lease deadlines looked at | went STALLED | went LOST |")
+    print("|---|---:|---:|---:|---:|")
     for r in examined:
-        print(f"| {r['sessions']:,} | {r['examined']:,} |")
+        print(
+            f"| {r['label']} | {r['sessions']:,} | {r['examined']:,} | "
+            f"{r.get('stalled', 0):,} | {r.get('lost', 0):,} |"
+        )
 
 print()
 print("| target | measured | met |")

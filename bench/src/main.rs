@@ -121,6 +121,11 @@ pub struct BenchArgs {
     /// Populate: also take each session's lease (a first keep-alive).
     #[arg(long)]
     pub leased: bool,
+    /// KeepAlive: renew the sessions in turn, leaving out every N-th
+    /// (`PREFIX-0`, `PREFIX-N`, …), which then stall and are lost: 100
+    /// leaves 1% silent. 0: random sessions, none left out.
+    #[arg(long, default_value_t = 0)]
+    pub silent_every: usize,
     /// Watch fan-out: what each watcher watches.
     #[arg(long, value_enum, default_value_t = WatchTarget::Tree)]
     pub watch: WatchTarget,
@@ -198,6 +203,22 @@ fn session_for(args: &BenchArgs, i: usize) -> String {
     } else {
         format!("{}-{i}", args.session_prefix)
     }
+}
+
+/// The session keep-alive `round` of client `i` renews: random, or with
+/// `silent_every`, every session in turn but the silent ones (each client
+/// walks its own share, so every renewing session is renewed as often).
+fn renewed_session(args: &BenchArgs, i: usize, round: u64) -> String {
+    let n = args.silent_every;
+    if n < 2 || args.sessions == 0 {
+        return session_for(args, i);
+    }
+    // The k-th renewing session overall is k + k / (n - 1) + 1 among all.
+    let renewing = args.sessions - args.sessions.div_ceil(n);
+    let c = args.concurrency.max(1);
+    let turn = usize::try_from(round).unwrap_or(0);
+    let k = (i + turn.wrapping_mul(c)) % renewing.max(1);
+    format!("{}-{}", args.session_prefix, k + k / (n - 1) + 1)
 }
 
 /// The gRPC-framed body of one request of the scenario (session
@@ -376,7 +397,7 @@ async fn one(args: &BenchArgs, channel: Conn, i: usize, round: u64) -> Result<()
             .map(|_| ()),
         Scenario::KeepAlive => SessionServiceClient::new(channel)
             .keep_alive(pb::KeepAliveRequest {
-                session_id: session_for(args, i),
+                session_id: renewed_session(args, i, round),
                 ..pb::KeepAliveRequest::default()
             })
             .await
@@ -751,5 +772,29 @@ async fn main() -> std::process::ExitCode {
             eprintln!("benchmark failed: {e}");
             std::process::ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renewals_in_turn_cover_every_session_but_the_silent_ones() {
+        let mut args = BenchArgs::parse_from(["cairn-bench", "--scenario", "keep-alive"]);
+        args.sessions = 1_000;
+        args.silent_every = 100;
+        args.concurrency = 7;
+        let mut seen = std::collections::BTreeSet::new();
+        for round in 0..200 {
+            for i in 0..7 {
+                seen.insert(renewed_session(&args, i, round));
+            }
+        }
+        let want: std::collections::BTreeSet<_> = (0..1_000)
+            .filter(|k| k % 100 != 0)
+            .map(|k| format!("bench-{k}"))
+            .collect();
+        assert_eq!(seen, want);
     }
 }

@@ -565,6 +565,9 @@ fn observe_event(t: &mut Table, e: &Event, time: Micros) -> bool {
                 );
             }
             let was = t.entries.get(&id).map(|e| e.lease.state);
+            if was.is_some_and(|w| w != lease.state) {
+                crate::telemetry::lease_transition(lease.state.as_str());
+            }
             t.hold(&id, &lease);
             let Some(entry) = t.entries.get_mut(&id) else {
                 return false;

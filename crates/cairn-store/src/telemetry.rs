@@ -48,6 +48,12 @@ pub fn leases(followed: usize, examined: u64) {
     metrics::counter!("cairn_lease_deadlines_examined_total").absolute(examined);
 }
 
+/// A committed liveness transition, seen by this server (every replica
+/// sees every one).
+pub fn lease_transition(to: &'static str) {
+    metrics::counter!("cairn_lease_transitions_total", "to" => to).increment(1);
+}
+
 /// Describes every metric the store records, for `# HELP` lines.
 pub fn describe() {
     metrics::describe_histogram!(
@@ -71,6 +77,10 @@ pub fn describe() {
     );
     metrics::describe_gauge!("cairn_store_bytes", "Bytes of the database file");
     metrics::describe_gauge!("cairn_leases", "Leased sessions this server follows");
+    metrics::describe_counter!(
+        "cairn_lease_transitions_total",
+        "Committed liveness transitions, by the state entered"
+    );
     metrics::describe_counter!(
         "cairn_lease_deadlines_examined_total",
         "Lease deadlines the expiry ticks looked at (the due ones, and what a sign of life lifted)"
