@@ -10,7 +10,7 @@ use std::time::Instant;
 use cairn_api as pb;
 use tonic::Code;
 
-use super::map::{Change, Observation, Place, Status, Step, steps_after};
+use super::map::{Change, Life, Observation, Place, Status, Step, steps_after};
 use crate::conn::{Api, CallTimeout};
 
 /// Most attempts at one write that keeps losing to parallel writers.
@@ -63,8 +63,14 @@ fn bounded<T>(msg: T, until: Instant) -> Result<tonic::Request<T>, Failed> {
 /// session ending, or a sub-agent stopping, releases it as FINISHED.
 pub async fn apply(api: &Api, o: &Observation, until: Instant) -> Result<(), Failed> {
     changed(api, o, until).await?;
-    let finished = matches!(&o.change, Change::State { state, .. }
-        if state == "ended" || (state == "stopped" && o.place.root.is_some()));
+    let finished = match &o.change {
+        Change::State { state, .. } => match state {
+            Life::Ended => true,
+            // A sub-agent's stop is its end; the CLI's own is a turn's.
+            Life::Stopped => o.place.root.is_some(),
+        },
+        _ => false,
+    };
     let mut sessions = pb::session_service_client::SessionServiceClient::new(api.clone());
     let req = pb::KeepAliveRequest {
         session_id: o.place.session_id.clone(),
@@ -83,7 +89,7 @@ async fn changed(api: &Api, o: &Observation, until: Instant) -> Result<(), Faile
         Change::Started { labels } => label(api, &o.place, labels, until).await,
         Change::State { state, labels } => {
             let mut labels = labels.clone();
-            labels.insert("hook.state".into(), state.clone());
+            labels.insert("hook.state".into(), state.as_str().into());
             label(api, &o.place, &labels, until).await
         }
         Change::Replace { .. } | Change::Create { .. } | Change::Update { .. } => {

@@ -92,15 +92,36 @@ impl Status {
     }
 }
 
+/// A life event a hook reports (spooled as its label text, `stopped` or
+/// `ended`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Life {
+    /// The agent stopped answering (a turn ended, or a sub-agent finished).
+    Stopped,
+    /// The CLI's session ended.
+    Ended,
+}
+
+impl Life {
+    /// The `hook.state` label's text.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Life::Stopped => "stopped",
+            Life::Ended => "ended",
+        }
+    }
+}
+
 /// What one payload changes.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Change {
     /// The session (or sub-agent) started: it exists, with these labels.
     Started { labels: BTreeMap<String, String> },
-    /// A life event to record in the session's `hook.state` label
-    /// (`stopped`, `ended`), with more labels (a transcript path).
+    /// A life event to record in the session's `hook.state` label, with
+    /// more labels (a transcript path).
     State {
-        state: String,
+        state: Life,
         labels: BTreeMap<String, String>,
     },
     /// The whole list replaced (Codex's `update_plan`, Gemini's
@@ -183,11 +204,20 @@ pub fn observe(
             labels.insert("hook.state".into(), "started".into());
             Change::Started { labels }
         }
-        (_, "SessionEnd") => state("ended", labels),
-        (_, "Stop") => state("stopped", labels),
+        (_, "SessionEnd") => Change::State {
+            state: Life::Ended,
+            labels,
+        },
+        (_, "Stop") => Change::State {
+            state: Life::Stopped,
+            labels,
+        },
         (_, "SubagentStop") => {
             label("hook.transcript", "agent_transcript_path");
-            state("stopped", labels)
+            Change::State {
+                state: Life::Stopped,
+                labels,
+            }
         }
         (AgentCli::ClaudeCode, "TaskCreated") => Change::Create {
             id: task_id(obj.get("task_id"))?,
@@ -219,13 +249,6 @@ pub fn observe(
         _ => return Ok(None),
     };
     Ok(Some(Observation { place, change }))
-}
-
-fn state(state: &str, labels: BTreeMap<String, String>) -> Change {
-    Change::State {
-        state: state.to_owned(),
-        labels,
-    }
 }
 
 /// An id Cairn accepts, from the CLI's: characters outside
@@ -425,6 +448,26 @@ pub fn steps_after(current: &[Step], change: &Change) -> Option<Vec<Step>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A life event spooled before it was typed (its label text) reads
+    /// back as the same event, and is written the same way.
+    #[test]
+    fn life_events_spool_as_their_label_text() {
+        let spooled = r#"{"State":{"state":"ended","labels":{}}}"#;
+        let change: Change = serde_json::from_str(spooled).unwrap();
+        assert_eq!(
+            change,
+            Change::State {
+                state: Life::Ended,
+                labels: BTreeMap::new()
+            }
+        );
+        assert_eq!(serde_json::to_string(&change).unwrap(), spooled);
+        assert!(
+            serde_json::from_str::<Change>(r#"{"State":{"state":"exploded","labels":{}}}"#)
+                .is_err()
+        );
+    }
 
     fn samples(name: &str) -> Vec<Value> {
         let path = format!(
