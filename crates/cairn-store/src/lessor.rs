@@ -757,6 +757,40 @@ mod tests {
         assert!(l.due(200 * S).is_empty());
     }
 
+    /// A session moved to another tree takes its leased descendants with
+    /// it: a keep-alive for one of them is checked against the new tree.
+    #[test]
+    fn a_move_carries_the_leased_descendants_ancestry() {
+        let l = lessor();
+        let (mut leaf, _) = leased("leaf", 10_000, Liveness::Active);
+        leaf.parent_session_id = Some("mid".into());
+        l.load([(leaf, vec!["root".to_owned(), "mid".to_owned()])], l.now());
+        let orchestrator = |root: &str| {
+            Caller::Principal(access::Principal {
+                principal_id: "o".into(),
+                roles: [access::Role::Orchestrator].into(),
+                session_roots: [root.to_owned()].into(),
+                ..access::Principal::default()
+            })
+        };
+        assert!(l.renew(&orchestrator("root"), "leaf", false, None).is_ok());
+        // "mid" moves under "other".
+        let mid = Session {
+            session_id: "mid".into(),
+            parent_session_id: Some("other".into()),
+            ..Session::default()
+        };
+        let mut moved = Event::session(EventKind::SessionUpdated, &mid, vec!["other".into()]);
+        moved.moved = true;
+        l.observe(&[std::sync::Arc::new(Revision {
+            revision: 2,
+            time: l.now(),
+            events: vec![moved],
+        })]);
+        assert!(l.renew(&orchestrator("root"), "leaf", false, None).is_err());
+        assert!(l.renew(&orchestrator("other"), "leaf", false, None).is_ok());
+    }
+
     #[test]
     fn a_transition_is_asked_for_once_until_it_is_seen_or_the_retry_is_due() {
         let l = lessor();
