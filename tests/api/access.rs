@@ -54,6 +54,10 @@ const MATRIX: &[(&str, &str, &str)] = &[
     ("RejectModification", "YNNYN", "YNNNN"),
     ("ListPlanHistory", "YYYYY", "YNNNN"),
     ("CheckAction", "YYYYY", "YNNNN"),
+    // Y: the plan awaiting approval is in the caller's inbox; N: it is not
+    // (the call itself succeeds for everyone, with what the caller may
+    // approve).
+    ("ListInbox", "YNNYN", "YNNNN"),
     ("ReadTodos", "YNYNN", "YNNNN"),
     ("WriteTodos", "YNYNN", "YNNNN"),
     ("WatchSession", "YYYYY", "YNNNN"),
@@ -209,7 +213,7 @@ enum Needs {
 fn needs(rpc: &str) -> Needs {
     match rpc {
         "ExitPlanMode" => Needs::Planning,
-        "ApprovePlan" | "RejectPlan" => Needs::AwaitingApproval,
+        "ApprovePlan" | "RejectPlan" | "ListInbox" => Needs::AwaitingApproval,
         "CompleteStep" | "CompletePlan" | "ModifyPlan" => Needs::Active,
         "ApproveModification" | "RejectModification" => Needs::PendingModification,
         _ => Needs::Nothing,
@@ -630,6 +634,29 @@ async fn call(
             }
         }
         "WhoAmI" => code(who.auth.who_am_i(pb::WhoAmIRequest {}).await.map(drop)),
+        "ListInbox" => {
+            let mut token = String::new();
+            loop {
+                let page = match who
+                    .plans
+                    .list_inbox(pb::ListInboxRequest {
+                        page_size: 500,
+                        page_token: token,
+                    })
+                    .await
+                {
+                    Ok(r) => r.into_inner(),
+                    Err(e) => return e.code(),
+                };
+                if page.items.iter().any(|i| i.session_id == s) {
+                    return Code::Ok;
+                }
+                if page.next_page_token.is_empty() {
+                    return Code::PermissionDenied;
+                }
+                token = page.next_page_token;
+            }
+        }
         other => panic!("no such rpc in the matrix: {other}"),
     }
 }

@@ -8,6 +8,7 @@
 
 mod access;
 mod browsers;
+mod inbox;
 mod inputs;
 mod leases;
 mod plan_mode;

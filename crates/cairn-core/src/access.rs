@@ -106,7 +106,8 @@ impl Principal {
         self.roles.contains(&role)
     }
 
-    fn is_admin(&self) -> bool {
+    /// Whether it may do everything.
+    pub fn is_admin(&self) -> bool {
         self.has(Role::Admin)
     }
 

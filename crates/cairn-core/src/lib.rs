@@ -27,6 +27,7 @@ pub mod access;
 pub mod command;
 pub mod duration;
 pub mod error;
+pub mod inbox;
 pub mod limits;
 pub mod liveness;
 pub mod plan;

@@ -59,10 +59,15 @@ pub async fn open(opts: &EtcdOptions) -> Result<Store> {
         Client::new(&opts.connection)?
     };
     let keys = Keys::new(&opts.prefix);
-    let (c, key) = (client.clone(), keys.log());
+    let (c, key, k) = (client.clone(), keys.log(), keys.clone());
+    let max_ops = opts.max_txn_ops;
     let head = rt
         .spawn(async move {
             c.authenticate().await?;
+            let indexed = crate::migrate::index_waiting(&c, &k, max_ops).await?;
+            if indexed > 0 {
+                tracing::info!(indexed, "plans awaiting approval indexed for the inbox");
+            }
             c.range(RangeRequest {
                 key,
                 keys_only: true,

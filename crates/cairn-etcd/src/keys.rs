@@ -14,12 +14,18 @@
 //!                                  the log, each version at its revision
 //!  {prefix}compact                 the last revision compacted away
 //!  {prefix}l/{session}             leased session (empty value)
+//!  {prefix}w/{since:020}/{session}/{item}
+//!                                  an item awaiting approval (the inbox,
+//!                                  oldest first; empty value)
+//!  {prefix}awaiting_indexed        set once older waiting plans are indexed
 //!  {prefix}r/{replica}             a live replica (on an etcd lease: gone
 //!                                  when the replica stops renewing it)
 //! ```
 //!
 //! Ids are limited to `[A-Za-z0-9._:-]` by the core's limits, so `/` never
 //! appears inside one and a prefix range never catches a longer id.
+
+use cairn_core::inbox::{Awaited, Awaiting};
 
 /// The key builder for one deployment's prefix.
 #[derive(Debug, Clone)]
@@ -96,6 +102,27 @@ impl Keys {
     pub fn all_leased(&self) -> Vec<u8> {
         self.key(&[b"l/"])
     }
+    pub fn awaiting(&self, k: &Awaiting) -> Vec<u8> {
+        let since = format!("{:020}", k.since.max(0));
+        let item = k.item.key();
+        self.key(&[
+            b"w/",
+            since.as_bytes(),
+            b"/",
+            k.session_id.as_bytes(),
+            b"/",
+            item.as_bytes(),
+        ])
+    }
+    pub fn plans(&self) -> Vec<u8> {
+        self.key(&[b"p/"])
+    }
+    pub fn awaiting_indexed(&self) -> Vec<u8> {
+        self.key(&[b"awaiting_indexed"])
+    }
+    pub fn all_awaiting(&self) -> Vec<u8> {
+        self.key(&[b"w/"])
+    }
     pub fn replica(&self, name: &str) -> Vec<u8> {
         self.key(&[b"r/", name.as_bytes()])
     }
@@ -116,6 +143,16 @@ pub fn prefix_end(prefix: &[u8]) -> Vec<u8> {
     }
     // All 0xff (or empty): to the end of the keyspace.
     vec![0]
+}
+
+/// The inbox key an `awaiting` key under `prefix` names.
+pub fn parse_awaiting(key: &[u8], prefix: &[u8]) -> Option<Awaiting> {
+    let mut parts = suffix(key, prefix)?.splitn(3, '/');
+    Some(Awaiting {
+        since: parts.next()?.parse().ok()?,
+        session_id: parts.next()?.to_owned(),
+        item: Awaited::parse(parts.next()?)?,
+    })
 }
 
 /// The text after `prefix` in `key` (an id), if `key` starts with it.

@@ -30,6 +30,7 @@ pub mod decode;
 pub mod engine;
 pub mod follow;
 pub mod keys;
+pub mod migrate;
 pub mod presence;
 pub mod shared;
 pub mod txn;

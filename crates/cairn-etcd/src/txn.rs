@@ -12,6 +12,7 @@ use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, HashMap};
 
 use cairn_core::error::{Error, Result};
+use cairn_core::inbox::Awaiting;
 use cairn_core::plan_mode::HistoryEntry;
 use cairn_core::session::Session;
 use cairn_store::codec;
@@ -504,6 +505,21 @@ impl ReadTxn for Txn {
         self.names_under(&self.keys.all_leased())
     }
 
+    fn awaiting_after(&self, after: Option<&Awaiting>, limit: usize) -> Result<Vec<Awaiting>> {
+        let start = self.keys.all_awaiting();
+        let after_key = after.map(|a| self.keys.awaiting(a));
+        let kvs = self.scan(
+            &start,
+            &prefix_end(&start),
+            after_key.as_deref(),
+            limit.max(1),
+        )?;
+        Ok(kvs
+            .iter()
+            .filter_map(|kv| crate::keys::parse_awaiting(&kv.key, &start))
+            .collect())
+    }
+
     fn principal(&self, id: &str) -> Result<Option<PrincipalRecord>> {
         self.typed(&self.keys.principal(id))
     }
@@ -589,6 +605,15 @@ impl WriteTxn for Txn {
     }
     fn delete_leased(&mut self, session_id: &str) -> Result<()> {
         let key = self.keys.leased(session_id);
+        self.delete(key)
+    }
+    fn put_awaiting(&mut self, key: &Awaiting) -> Result<()> {
+        let key = self.keys.awaiting(key);
+        self.put(key, Vec::new());
+        Ok(())
+    }
+    fn delete_awaiting(&mut self, key: &Awaiting) -> Result<()> {
+        let key = self.keys.awaiting(key);
         self.delete(key)
     }
     fn put_principal(&mut self, p: &PrincipalRecord) -> Result<()> {

@@ -77,6 +77,7 @@ failed_view! {
     children(&str) -> Vec<String>;
     sessions_after(Option<&str>, usize) -> records::SessionPage;
     leased() -> Vec<String>;
+    awaiting_after(Option<&cairn_core::inbox::Awaiting>, usize) -> Vec<cairn_core::inbox::Awaiting>;
     plan(&str) -> Option<records::PlanRecord>;
     history(&str, u64, usize, usize) -> (Vec<cairn_core::plan_mode::HistoryEntry>, Option<u64>);
     todos(&str) -> Option<records::TodoRecord>;

@@ -7,6 +7,7 @@
 
 use cairn_core::Micros;
 use cairn_core::error::{Error, Result};
+use cairn_core::inbox::{Awaited, Awaiting};
 use cairn_core::plan_mode::HistoryEntry;
 use cairn_core::session::Session;
 use std::cell::{RefCell, RefMut};
@@ -40,6 +41,8 @@ const OLD_EVENT_TIMES: TableDefinition<u64, i64> = TableDefinition::new("event_t
 const AGENT_SESSIONS: TableDefinition<(&str, &str), ()> = TableDefinition::new("agent_sessions");
 /// Sessions holding a lease, read at start instead of every session.
 const LEASED: TableDefinition<&str, ()> = TableDefinition::new("leased");
+/// Items awaiting approval, oldest first: (since, session, item).
+const AWAITING: TableDefinition<(i64, &str, &str), ()> = TableDefinition::new("awaiting");
 const PRINCIPALS: TableDefinition<&str, &[u8]> = TableDefinition::new("principals");
 /// Principal id by the hex SHA-256 of its token: tokens themselves are
 /// never stored.
@@ -47,6 +50,9 @@ const TOKENS: TableDefinition<&str, &str> = TableDefinition::new("tokens");
 
 const REVISION_KEY: &str = "revision";
 const COMPACT_KEY: &str = "compact_revision";
+/// Set once the inbox index holds every waiting item (stores written
+/// before it existed are indexed once, at open).
+const AWAITING_INDEXED_KEY: &str = "awaiting_indexed";
 
 /// A redb failure, or a Cairn error met while reading (a record that does
 /// not decode).
@@ -164,6 +170,7 @@ pub fn open(
         txn.open_table(PRINCIPALS)?;
         txn.open_table(TOKENS)?;
         txn.open_table(LEASED)?;
+        txn.open_table(AWAITING)?;
         // A store written before the agent index existed: index it once.
         let sessions = txn.open_table(SESSIONS)?;
         let mut by_agent = txn.open_table(AGENT_SESSIONS)?;
@@ -178,6 +185,21 @@ pub fn open(
         }
         drop(by_agent);
         drop(sessions);
+        let mut meta = txn.open_table(META)?;
+        if read::meta(&meta, AWAITING_INDEXED_KEY)? == 0 {
+            let plans = txn.open_table(PLANS)?;
+            let mut awaiting = txn.open_table(AWAITING)?;
+            for entry in plans.range::<&str>(..)? {
+                let (k, v) = entry?;
+                let record: PlanRecord = decode(v.value())?;
+                for w in record.plan.mode.awaiting(k.value()) {
+                    let item = w.item.key();
+                    awaiting.insert((w.since, w.session_id.as_str(), item.as_str()), ())?;
+                }
+            }
+            meta.insert(AWAITING_INDEXED_KEY, 1)?;
+        }
+        drop(meta);
         txn.open_table(EVENTS)?;
     }
     txn.delete_table(OLD_EVENT_TIMES)?;
@@ -188,7 +210,7 @@ pub fn open(
 /// Reads over a table, whichever transaction opened it: a read
 /// transaction's `ReadOnlyTable` and the writer's held `Table` share them.
 mod read {
-    use super::{Db, Micros, Revision, SessionPage, decode, revision_time};
+    use super::{Awaited, Awaiting, Db, Micros, Revision, SessionPage, decode, revision_time};
     use cairn_store::codec::{decode_revision_sized, decode_sized};
     use redb::ReadableTable;
     use serde::de::DeserializeOwned;
@@ -205,7 +227,37 @@ mod read {
         Ok(t.get(key)?.map_or(0, |v| v.value()))
     }
 
-    /// Second halves of the `(first, second)` keys whose first half is `first`.
+    /// Inbox keys strictly after `after`, at most `limit`.
+    pub fn awaiting(
+        t: &impl ReadableTable<(i64, &'static str, &'static str), ()>,
+        after: Option<&Awaiting>,
+        limit: usize,
+    ) -> Result<Vec<Awaiting>, Db> {
+        let item = after.map(|a| a.item.key());
+        let from = match (after, &item) {
+            (Some(a), Some(i)) => Bound::Excluded((a.since, a.session_id.as_str(), i.as_str())),
+            _ => Bound::Unbounded,
+        };
+        let mut out = Vec::new();
+        for entry in t.range::<(i64, &str, &str)>((from, Bound::Unbounded))? {
+            if out.len() >= limit.max(1) {
+                break;
+            }
+            let (k, _) = entry?;
+            let (since, session_id, item) = k.value();
+            // A key this version cannot read is skipped, not fatal.
+            if let Some(item) = Awaited::parse(item) {
+                out.push(Awaiting {
+                    since,
+                    session_id: session_id.to_owned(),
+                    item,
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    /// Every key of a set-like table, in order.
     pub fn keys(t: &impl ReadableTable<&'static str, ()>) -> Result<Vec<String>, Db> {
         let mut out = Vec::new();
         for entry in t.range::<&str>(..)? {
@@ -214,6 +266,7 @@ mod read {
         Ok(out)
     }
 
+    /// Second halves of the `(first, second)` keys whose first half is `first`.
     pub fn pairs(
         t: &impl ReadableTable<(&'static str, &'static str), ()>,
         first: &str,
@@ -404,6 +457,9 @@ impl ReadTxn for RedbTxn<'_> {
     fn leased(&self) -> Result<Vec<String>> {
         db(|| read::keys(&self.0.open_table(LEASED)?))
     }
+    fn awaiting_after(&self, after: Option<&Awaiting>, limit: usize) -> Result<Vec<Awaiting>> {
+        db(|| read::awaiting(&self.0.open_table(AWAITING)?, after, limit))
+    }
     fn principal(&self, id: &str) -> Result<Option<PrincipalRecord>> {
         db(|| read::record(&self.0.open_table(PRINCIPALS)?, id))
     }
@@ -482,6 +538,7 @@ pub struct RedbWrite<'txn> {
     events: Held<'txn, u64, &'static [u8]>,
     agent_sessions: Held<'txn, (&'static str, &'static str), ()>,
     leased: Held<'txn, &'static str, ()>,
+    awaiting: Held<'txn, (i64, &'static str, &'static str), ()>,
     principals: Held<'txn, &'static str, &'static [u8]>,
     tokens: Held<'txn, &'static str, &'static str>,
 }
@@ -505,6 +562,7 @@ impl<'txn> RedbWrite<'txn> {
             events: Held::new(EVENTS),
             agent_sessions: Held::new(AGENT_SESSIONS),
             leased: Held::new(LEASED),
+            awaiting: Held::new(AWAITING),
             principals: Held::new(PRINCIPALS),
             tokens: Held::new(TOKENS),
         }
@@ -578,6 +636,9 @@ impl ReadTxn for RedbWrite<'_> {
     }
     fn leased(&self) -> Result<Vec<String>> {
         db(|| read::keys(&*self.leased.get(self.txn)?))
+    }
+    fn awaiting_after(&self, after: Option<&Awaiting>, limit: usize) -> Result<Vec<Awaiting>> {
+        db(|| read::awaiting(&*self.awaiting.get(self.txn)?, after, limit))
     }
     fn principal(&self, id: &str) -> Result<Option<PrincipalRecord>> {
         db(|| read::record(&*self.principals.get(self.txn)?, id))
@@ -710,6 +771,28 @@ impl WriteTxn for RedbWrite<'_> {
         })
     }
 
+    fn put_awaiting(&mut self, key: &Awaiting) -> Result<()> {
+        let item = key.item.key();
+        db(|| {
+            self.awaiting
+                .get(self.txn)?
+                .insert((key.since, key.session_id.as_str(), item.as_str()), ())?;
+            Ok(())
+        })
+    }
+
+    fn delete_awaiting(&mut self, key: &Awaiting) -> Result<()> {
+        let item = key.item.key();
+        db(|| {
+            self.awaiting.get(self.txn)?.remove((
+                key.since,
+                key.session_id.as_str(),
+                item.as_str(),
+            ))?;
+            Ok(())
+        })
+    }
+
     fn delete_agent_session(&mut self, agent_id: &str, session_id: &str) -> Result<()> {
         db(|| {
             self.agent_sessions
@@ -821,6 +904,7 @@ pub fn backup(from: &ReadTransaction, dest: &std::path::Path) -> Result<u64> {
         copy_table(from, &txn, EVENTS)?;
         copy_table(from, &txn, AGENT_SESSIONS)?;
         copy_table(from, &txn, LEASED)?;
+        copy_table(from, &txn, AWAITING)?;
         copy_table(from, &txn, PRINCIPALS)?;
         copy_table(from, &txn, TOKENS)?;
         txn.commit()?;
@@ -833,4 +917,57 @@ pub fn backup(from: &ReadTransaction, dest: &std::path::Path) -> Result<u64> {
         e => e,
     })?;
     Ok(revision)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cairn_core::plan_mode::PendingPlan;
+    use redb::ReadableDatabase;
+
+    /// A store written before the inbox index existed has its waiting
+    /// plans indexed once, when it is opened.
+    #[test]
+    fn waiting_plans_of_an_older_store_are_indexed_at_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("cairn.redb");
+        let db = open(&path, false, 1 << 20).unwrap();
+        let mut record = PlanRecord {
+            session_id: "s".into(),
+            ..PlanRecord::default()
+        };
+        record.plan.mode.pending = Some(PendingPlan {
+            plan_id: "plan_1".into(),
+            submit_time: 42,
+            ..PendingPlan::default()
+        });
+        // As an older version left it: the plan, no index, no mark.
+        let txn = db.begin_write().unwrap();
+        {
+            let bytes = encode(&record).unwrap();
+            txn.open_table(PLANS)
+                .unwrap()
+                .insert("s", bytes.as_slice())
+                .unwrap();
+            txn.open_table(META)
+                .unwrap()
+                .remove(AWAITING_INDEXED_KEY)
+                .unwrap();
+        }
+        txn.commit().unwrap();
+        drop(db);
+        let db = open(&path, false, 1 << 20).unwrap();
+        let read = db.begin_read().unwrap();
+        let keys = read::awaiting(&read.open_table(AWAITING).unwrap(), None, 10)
+            .map_err(|Db(e)| e)
+            .unwrap();
+        assert_eq!(
+            keys,
+            [Awaiting {
+                since: 42,
+                session_id: "s".into(),
+                item: Awaited::Plan
+            }]
+        );
+    }
 }

@@ -15,6 +15,7 @@ use cairn_core::command::{
     Decision, PlanCommand, PlanWrite, SessionCommand, SessionPatch, TodoCommand,
 };
 use cairn_core::error::{Error, Result};
+use cairn_core::inbox::Awaited;
 use cairn_core::liveness::{Lease, Liveness};
 use cairn_core::plan::{ItemInput, PlanItem, PlanSource, PlanUpdate, StepStatus};
 use cairn_core::plan_mode::{
@@ -416,6 +417,26 @@ pub fn modification(m: Modification) -> pb::PlanModification {
         new_files: m.new_files,
         new_verification: m.new_verification,
         create_time: timestamp(m.create_time),
+    }
+}
+
+/// An inbox item for the API.
+pub fn inbox_item(i: cairn_store::inbox::InboxItem) -> pb::InboxItem {
+    let kind = match i.key.item {
+        Awaited::Plan => pb::InboxItemKind::Plan,
+        Awaited::Modification(_) => pb::InboxItemKind::Modification,
+    };
+    pb::InboxItem {
+        session_id: i.session.session_id,
+        agent_id: i.session.agent_id,
+        parent_session_id: i.session.parent_session_id.unwrap_or_default(),
+        kind: kind.into(),
+        plan_id: i.plan_id,
+        goal: i.goal,
+        summary: i.summary,
+        modification: i.modification.map(modification),
+        submitted_by: i.submitted_by,
+        waiting_since: timestamp(i.key.since),
     }
 }
 

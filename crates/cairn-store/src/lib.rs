@@ -15,7 +15,8 @@
 //! - [`ops`]: [`ops::apply`], the one write path: a `cairn-core` command
 //!   applied inside a transaction, access checked once;
 //! - [`reads`]: the reads callers make, each through the access rules and
-//!   the hot plans;
+//!   the hot plans; [`inbox`]: what awaits a caller's approval, from the
+//!   index of waiting items;
 //! - [`records`]: what is stored and what the log carries;
 //! - [`hub`]: fan-out of committed revisions to watchers;
 //! - [`cache`]: the hot plans, answered from memory;
@@ -39,6 +40,7 @@ pub mod codec;
 pub mod compactor;
 pub mod health;
 pub mod hub;
+pub mod inbox;
 pub mod lessor;
 pub mod liveness;
 pub mod ops;

@@ -15,6 +15,7 @@ use cairn_core::command::{
     TodoCommand,
 };
 use cairn_core::error::{Error, Result};
+use cairn_core::inbox;
 use cairn_core::liveness::{self, Lease, Liveness};
 use cairn_core::session::{self, Session};
 use cairn_core::todo::{self, TodoInput};
@@ -474,6 +475,9 @@ fn delete_session(
     let mut events = Vec::with_capacity(doomed.len());
     for (s, chain) in doomed {
         let sid = s.session_id.as_str();
+        if let Some(p) = ctx.txn.plan(sid)? {
+            index_waits(ctx, &p.plan.mode.awaiting(sid), &[])?;
+        }
         ctx.txn.delete_session(sid)?;
         ctx.txn.delete_plan(sid)?;
         ctx.txn.delete_history(sid)?;
@@ -490,6 +494,23 @@ fn delete_session(
     }
     let rev = ctx.commit(events)?;
     Ok((ids, rev))
+}
+
+/// Keeps the inbox index in step with one session's waiting items, in the
+/// revision that changes them.
+fn index_waits(
+    ctx: &mut Ctx<'_>,
+    before: &[inbox::Awaiting],
+    after: &[inbox::Awaiting],
+) -> Result<()> {
+    let (gone, new) = inbox::changes(before, after);
+    for k in &gone {
+        ctx.txn.delete_awaiting(k)?;
+    }
+    for k in &new {
+        ctx.txn.put_awaiting(k)?;
+    }
+    Ok(())
 }
 
 /// What a command changed, besides the revision.
@@ -757,6 +778,7 @@ fn plan(
     // 4. The rule, on a copy.
     let mut plan = record.plan.clone();
     let (outcome, history) = command.run(&mut plan, caller, ctx.now, limits)?;
+    let waited = record.plan.mode.awaiting(session_id);
     // 5.
     let history_from = record.history_len;
     record.history_len += history.len() as u64;
@@ -788,6 +810,7 @@ fn plan(
         ctx.txn.put_history(session_id, seq, entry)?;
     }
     ctx.txn.put_plan(session_id, &encoded)?;
+    index_waits(ctx, &waited, &record.plan.mode.awaiting(session_id))?;
     events.push(Event::plan(&session, &record, chain));
     let rev = ctx.commit(events)?;
     Ok((

@@ -15,6 +15,7 @@ use std::sync::Arc;
 
 use cairn_core::Micros;
 use cairn_core::error::{Error, Result};
+use cairn_core::inbox::Awaiting;
 use cairn_core::plan_mode::HistoryEntry;
 use cairn_core::session::Session;
 use tokio::sync::watch;
@@ -60,6 +61,9 @@ pub trait ReadTxn {
     /// Ids of the sessions that hold a lease, ordered: what a server
     /// starting follows, read without scanning every session.
     fn leased(&self) -> Result<Vec<String>>;
+    /// Items awaiting approval, oldest first, strictly after `after`, at
+    /// most `limit`.
+    fn awaiting_after(&self, after: Option<&Awaiting>, limit: usize) -> Result<Vec<Awaiting>>;
     fn principal(&self, id: &str) -> Result<Option<PrincipalRecord>>;
     /// The principal whose token has this hex SHA-256.
     fn principal_by_token(&self, token_sha256: &str) -> Result<Option<PrincipalRecord>>;
@@ -105,6 +109,9 @@ pub trait WriteTxn: ReadTxn {
     /// session is deleted).
     fn put_leased(&mut self, session_id: &str) -> Result<()>;
     fn delete_leased(&mut self, session_id: &str) -> Result<()>;
+    /// Indexes an item as awaiting approval (the inbox), or drops it.
+    fn put_awaiting(&mut self, key: &Awaiting) -> Result<()>;
+    fn delete_awaiting(&mut self, key: &Awaiting) -> Result<()>;
     /// Stores a principal and indexes its token hash.
     fn put_principal(&mut self, p: &PrincipalRecord) -> Result<()>;
     /// Removes a principal and its token hash.

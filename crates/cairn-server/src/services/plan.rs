@@ -9,6 +9,7 @@ use cairn_api as pb;
 use cairn_api::plan_service_server::PlanService;
 use cairn_core::command::{Command, PlanCommand, PlanOutcome, PlanWrite};
 use cairn_core::error::{Error, Excerpt, Result};
+use cairn_core::inbox::Awaiting;
 use cairn_core::plan::{simple_task_hint, validate_update};
 use cairn_core::plan_mode;
 use cairn_store::records::PlanRecord;
@@ -27,6 +28,8 @@ pub const PLAN_NOT_STORED: &str = "Plan not stored";
 /// `ListPlanHistory` page size when the request sets none, and the most.
 const DEFAULT_HISTORY_PAGE: usize = 10;
 const MAX_HISTORY_PAGE: usize = 100;
+const DEFAULT_INBOX_PAGE: usize = 50;
+const MAX_INBOX_PAGE: usize = 500;
 /// A history page ends once it holds this many bytes of records, so it
 /// fits a default client's 4 MiB message limit.
 const HISTORY_PAGE_BYTES: usize = 2 * 1024 * 1024;
@@ -224,6 +227,33 @@ impl PlanApi {
         })
     }
 
+    async fn inbox(
+        &self,
+        who: &Authenticated,
+        req: pb::ListInboxRequest,
+    ) -> Result<pb::ListInboxResponse> {
+        let pb::ListInboxRequest {
+            page_size,
+            page_token,
+        } = req;
+        let limit = match usize::try_from(page_size) {
+            Ok(0) => DEFAULT_INBOX_PAGE,
+            Ok(n) => n.min(MAX_INBOX_PAGE),
+            Err(_) => return Err(Error::invalid("page_size", "must not be negative")),
+        };
+        let after = if page_token.is_empty() {
+            None
+        } else {
+            Some(Awaiting::from_token("page_token", &page_token)?)
+        };
+        let (page, revision) = self.state.store.inbox(&who.caller, after, limit).await?;
+        Ok(pb::ListInboxResponse {
+            items: page.items.into_iter().map(convert::inbox_item).collect(),
+            next_page_token: page.next_after.map(|k| k.token()).unwrap_or_default(),
+            revision,
+        })
+    }
+
     async fn check_action(
         &self,
         who: &Authenticated,
@@ -317,5 +347,7 @@ rpcs! {
         fn list_plan_history(r: pb::ListPlanHistoryRequest) -> pb::ListPlanHistoryResponse => history;
         #[instrument(skip_all, fields(session_id = %Excerpt(&r.get_ref().session_id)))]
         fn check_action(r: pb::CheckActionRequest) -> pb::CheckActionResponse => check_action;
+        #[instrument(skip_all)]
+        fn list_inbox(r: pb::ListInboxRequest) -> pb::ListInboxResponse => inbox;
     }
 }

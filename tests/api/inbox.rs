@@ -1,0 +1,314 @@
+//! The inbox: what awaits each approver, across every tree, oldest first,
+//! paged; scoped by the approver's session roots, never its own
+//! submissions, and kept by the same revisions that start and end a wait.
+
+use cairn_api as pb;
+use cairn_api::auth_service_client::AuthServiceClient;
+use cairn_api::plan_service_client::PlanServiceClient;
+use cairn_api::session_service_client::SessionServiceClient;
+use cairn_server::auth::AuthMode;
+use cairn_testkit::{Authed, Bearer, TestServer, five_steps, update};
+use tonic::Code;
+use tonic::transport::Channel;
+
+const ADMIN: &str = "inbox-admin-token-0123456789abcdef";
+
+struct Who {
+    sessions: SessionServiceClient<Authed>,
+    plans: PlanServiceClient<Authed>,
+}
+
+fn who(channel: &Channel, token: &str) -> Who {
+    Who {
+        sessions: SessionServiceClient::with_interceptor(channel.clone(), Bearer::new(Some(token))),
+        plans: PlanServiceClient::with_interceptor(channel.clone(), Bearer::new(Some(token))),
+    }
+}
+
+fn plan() -> pb::ImplementationPlan {
+    pb::ImplementationPlan {
+        summary: "Add the login API".into(),
+        steps: vec![
+            pb::ImplementationStep {
+                id: 1,
+                description: "Schema".into(),
+                ..Default::default()
+            },
+            pb::ImplementationStep {
+                id: 2,
+                description: "Handler".into(),
+                depends_on: vec![1],
+                ..Default::default()
+            },
+        ],
+        ..Default::default()
+    }
+}
+
+/// `session` under `root`, its plan submitted for approval by `by`.
+async fn awaiting(by: &mut Who, root: &str, session: &str) {
+    by.sessions
+        .create_session(pb::CreateSessionRequest {
+            session: Some(pb::Session {
+                session_id: session.into(),
+                parent_session_id: root.into(),
+                agent_id: "coder".into(),
+                ..Default::default()
+            }),
+        })
+        .await
+        .unwrap();
+    by.plans
+        .update_plan(update(session, five_steps()))
+        .await
+        .unwrap();
+    by.plans
+        .enter_plan_mode(pb::EnterPlanModeRequest {
+            session_id: session.into(),
+            goal: format!("goal of {session}"),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    by.plans
+        .exit_plan_mode(pb::ExitPlanModeRequest {
+            session_id: session.into(),
+            plan: Some(plan()),
+            expected_revision: None,
+        })
+        .await
+        .unwrap();
+}
+
+/// The whole inbox of a caller, walking pages of `page_size`: (session,
+/// kind) in the order given.
+async fn inbox(w: &mut Who, page_size: i32) -> Vec<(String, pb::InboxItemKind)> {
+    let mut out = Vec::new();
+    let mut token = String::new();
+    let mut last = None;
+    loop {
+        let page = w
+            .plans
+            .list_inbox(pb::ListInboxRequest {
+                page_size,
+                page_token: token,
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert!(page.items.len() <= usize::try_from(page_size.max(1)).unwrap());
+        for i in page.items {
+            let since = cairn_api::shapes::micros(i.waiting_since.as_ref());
+            assert!(last.is_none_or(|l| l <= since), "oldest first");
+            last = Some(since);
+            let kind = i.kind();
+            out.push((i.session_id, kind));
+        }
+        if page.next_page_token.is_empty() {
+            return out;
+        }
+        token = page.next_page_token;
+    }
+}
+
+fn items(list: &[(&str, pb::InboxItemKind)]) -> Vec<(String, pb::InboxItemKind)> {
+    list.iter().map(|(s, k)| ((*s).to_owned(), *k)).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_approver_sees_what_it_may_approve_oldest_first() {
+    use pb::InboxItemKind::{Modification, Plan};
+    let file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(file.path(), ADMIN).unwrap();
+    let path = file.path().to_owned();
+    let server = TestServer::start_config(move |c| {
+        c.auth = AuthMode::Token;
+        c.admin_token_file = Some(path);
+    })
+    .await;
+    let channel = server.channel().await;
+    let mut auth = AuthServiceClient::with_interceptor(channel.clone(), Bearer::new(Some(ADMIN)));
+    let mut tokens = std::collections::HashMap::new();
+    for (id, roles, roots) in [
+        (
+            "setup",
+            vec![pb::Role::Orchestrator, pb::Role::Agent],
+            vec![],
+        ),
+        ("north", vec![pb::Role::Approver], vec!["a", "b"]),
+        ("south", vec![pb::Role::Approver], vec!["c"]),
+        (
+            "both",
+            vec![pb::Role::Orchestrator, pb::Role::Approver],
+            vec!["a"],
+        ),
+        ("viewer", vec![pb::Role::Viewer], vec![]),
+    ] {
+        let r = auth
+            .create_principal(pb::CreatePrincipalRequest {
+                principal: Some(pb::Principal {
+                    principal_id: id.into(),
+                    roles: roles.into_iter().map(Into::into).collect(),
+                    agent_ids: if id == "setup" {
+                        vec!["coder".into(), "main".into()]
+                    } else {
+                        Vec::new()
+                    },
+                    session_roots: roots.into_iter().map(String::from).collect(),
+                    ..Default::default()
+                }),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        tokens.insert(id, r.token);
+    }
+    let mut setup = who(&channel, &tokens["setup"]);
+    for root in ["a", "b", "c"] {
+        setup
+            .sessions
+            .create_session(pb::CreateSessionRequest {
+                session: Some(pb::Session {
+                    session_id: root.into(),
+                    agent_id: "main".into(),
+                    ..Default::default()
+                }),
+            })
+            .await
+            .unwrap();
+    }
+    let mut north = who(&channel, &tokens["north"]);
+    let mut south = who(&channel, &tokens["south"]);
+    let mut both = who(&channel, &tokens["both"]);
+    let mut viewer = who(&channel, &tokens["viewer"]);
+    let mut admin = who(&channel, ADMIN);
+    assert!(inbox(&mut north, 10).await.is_empty());
+
+    awaiting(&mut setup, "a", "a:1").await;
+    awaiting(&mut setup, "b", "b:1").await;
+    awaiting(&mut setup, "c", "c:1").await;
+    // An active plan in a with a modification asked.
+    awaiting(&mut setup, "a", "a:2").await;
+    admin
+        .plans
+        .approve_plan(pb::ApprovePlanRequest {
+            session_id: "a:2".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    setup
+        .plans
+        .modify_plan(pb::ModifyPlanRequest {
+            session_id: "a:2".into(),
+            step_id: 2,
+            reason: "the handler needs a rate limit".into(),
+            new_description: "Handler with a rate limit".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    // Submitted by an approver of a: not in its own inbox.
+    awaiting(&mut both, "a", "a:3").await;
+
+    let want_north = items(&[
+        ("a:1", Plan),
+        ("b:1", Plan),
+        ("a:2", Modification),
+        ("a:3", Plan),
+    ]);
+    assert_eq!(inbox(&mut north, 50).await, want_north);
+    assert_eq!(inbox(&mut north, 1).await, want_north, "paged one by one");
+    assert_eq!(inbox(&mut south, 50).await, items(&[("c:1", Plan)]));
+    assert_eq!(
+        inbox(&mut both, 50).await,
+        items(&[("a:1", Plan), ("a:2", Modification)])
+    );
+    assert!(inbox(&mut viewer, 50).await.is_empty());
+    assert_eq!(inbox(&mut admin, 50).await.len(), 5);
+    // What an item carries.
+    let page = north
+        .plans
+        .list_inbox(pb::ListInboxRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
+    let first = &page.items[0];
+    assert_eq!(
+        (
+            first.goal.as_str(),
+            first.summary.as_str(),
+            first.submitted_by.as_str(),
+            first.parent_session_id.as_str()
+        ),
+        ("goal of a:1", "Add the login API", "setup", "a")
+    );
+    assert!(first.plan_id.starts_with("plan_"));
+    let m = page.items[2].modification.as_ref().unwrap();
+    assert_eq!(m.reason, "the handler needs a rate limit");
+
+    // Bad paging is refused and names its field.
+    for (page_size, page_token, field) in [
+        (-1, "", "page_size"),
+        (0, "x", "page_token"),
+        (0, "12/a:1/mod-", "page_token"),
+        (0, "12//plan", "page_token"),
+    ] {
+        let e = north
+            .plans
+            .list_inbox(pb::ListInboxRequest {
+                page_size,
+                page_token: page_token.into(),
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), Code::InvalidArgument, "{page_token}");
+        assert!(e.message().contains(field), "{}", e.message());
+    }
+
+    // Decided, deleted: gone, in the same revision.
+    north
+        .plans
+        .approve_plan(pb::ApprovePlanRequest {
+            session_id: "a:1".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    north
+        .plans
+        .reject_modification(pb::RejectModificationRequest {
+            session_id: "a:2".into(),
+            modification_id: m.modification_id,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    setup
+        .sessions
+        .delete_session(pb::DeleteSessionRequest {
+            session_id: "b:1".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(inbox(&mut north, 50).await, items(&[("a:3", Plan)]));
+    // The index holds what waits and nothing decided or deleted: read
+    // from the store itself once the server is down.
+    let mut server = server;
+    server.stop().await;
+    let store = server.open_store().await;
+    let index = store.read(|v| v.awaiting_after(None, 100)).await.unwrap();
+    let index: Vec<_> = index
+        .iter()
+        .map(|k| (k.session_id.as_str(), k.item))
+        .collect();
+    assert_eq!(
+        index,
+        [
+            ("c:1", cairn_core::inbox::Awaited::Plan),
+            ("a:3", cairn_core::inbox::Awaited::Plan)
+        ]
+    );
+    store.close().await;
+}
