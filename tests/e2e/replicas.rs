@@ -1189,3 +1189,60 @@ async fn a_killed_replica_s_agents_are_declared_lost_once_by_the_survivors() {
     );
     drop(agent);
 }
+
+/// A deployment written before the inbox index existed: its plan awaiting
+/// approval (put into etcd as an older version left it, with no index key
+/// and no mark) is indexed when a replica opens it, and listed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_older_deployment_s_waiting_plans_reach_the_inbox() {
+    if !cairn_testkit::tools::etcd() {
+        return;
+    }
+    let cluster = EtcdCluster::start(3).await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut record = cairn_store::records::PlanRecord {
+        session_id: "old".into(),
+        ..Default::default()
+    };
+    record.plan.mode.pending = Some(cairn_core::plan_mode::PendingPlan {
+        plan_id: "plan_2026-11-01_abcdef".into(),
+        submit_time: 1_700_000_000_000_000,
+        ..Default::default()
+    });
+    let session = cairn_core::session::Session {
+        session_id: "old".into(),
+        agent_id: "coder".into(),
+        ..Default::default()
+    };
+    let mut kv = etcd_kv(&cluster).await;
+    for (key, value) in [
+        (
+            "/cairn/s/old",
+            cairn_store::codec::encode(&session).unwrap(),
+        ),
+        ("/cairn/p/old", cairn_store::codec::encode(&record).unwrap()),
+    ] {
+        kv.put(cairn_etcd::pb::etcdserverpb::PutRequest {
+            key: key.into(),
+            value,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    }
+    let server = replica(&cluster, &dir, "a");
+    let inbox = PlanServiceClient::new(server.channel().await)
+        .list_inbox(pb::ListInboxRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
+    let got: Vec<_> = inbox
+        .items
+        .iter()
+        .map(|i| (i.session_id.as_str(), i.kind(), i.plan_id.as_str()))
+        .collect();
+    assert_eq!(
+        got,
+        [("old", pb::InboxItemKind::Plan, "plan_2026-11-01_abcdef")]
+    );
+}
