@@ -106,6 +106,11 @@ pub enum Command {
         #[command(subcommand)]
         cmd: cairn_client::hook::HookCmd,
     },
+    /// What awaits your approval across every tree, oldest first.
+    Inbox {
+        #[command(flatten)]
+        client: cairn_client::cli::ClientArgs,
+    },
     /// Block until every plan in a session tree is completed.
     Wait {
         #[command(flatten)]

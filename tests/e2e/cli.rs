@@ -269,3 +269,66 @@ async fn control_characters_in_server_text_never_reach_the_terminal() {
         assert!(out.contains('␛') || args[0] == "watch", "{args:?}: {out:?}");
     }
 }
+
+/// `cairn inbox` lists what awaits approval, for a person and for a
+/// script, and an approval takes the item out.
+#[tokio::test]
+async fn the_inbox_lists_what_awaits_approval() {
+    use cairn_api as pb;
+    let server = TestServer::start().await;
+    let (ok, out, _) = cairn(&server, &["inbox"], "").await;
+    assert!(ok);
+    assert_eq!(out, "Nothing awaits your approval.\n");
+    let mut plans = server.plans().await;
+    plans
+        .update_plan(cairn_testkit::update(
+            "orch:coder",
+            cairn_testkit::five_steps(),
+        ))
+        .await
+        .unwrap();
+    plans
+        .enter_plan_mode(pb::EnterPlanModeRequest {
+            session_id: "orch:coder".into(),
+            goal: "Add authentication".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let plan = pb::ImplementationPlan {
+        summary: "JWT login".into(),
+        steps: vec![pb::ImplementationStep {
+            id: 1,
+            description: "Handler".into(),
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    plans
+        .exit_plan_mode(pb::ExitPlanModeRequest {
+            session_id: "orch:coder".into(),
+            plan: Some(plan),
+            expected_revision: None,
+        })
+        .await
+        .unwrap();
+    let (ok, out, _) = cairn(&server, &["inbox"], "").await;
+    assert!(ok);
+    assert!(out.contains(" 1 "), "{out}");
+    assert!(out.contains("orch:coder"), "{out}");
+    assert!(out.contains(": JWT login"), "{out}");
+    assert!(out.contains("goal: Add authentication"), "{out}");
+    let (ok, out, _) = cairn(&server, &["inbox", "--output", "json"], "").await;
+    assert!(ok);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["items"][0]["session_id"], "orch:coder");
+    assert_eq!(v["items"][0]["kind"], "plan");
+    assert_eq!(v["items"][0]["summary"], "JWT login");
+    assert!(v["items"][0]["waiting_since"].is_string());
+    let (ok, _, err) = cairn(&server, &["plan", "approve", "orch:coder"], "").await;
+    assert!(ok, "{err}");
+    let (ok, out, _) = cairn(&server, &["inbox", "--output", "json"], "").await;
+    assert!(ok);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["items"], serde_json::json!([]));
+}

@@ -275,13 +275,43 @@ pub fn plan_status_json(s: &pb::PlanStatus) -> Value {
             "plan": p.plan.as_ref().map(implementation_plan_json),
         })),
         "active_plan": active,
-        "pending_modifications": s.pending_modifications.iter().map(|m| json!({
-            "modification_id": m.modification_id,
-            "step_id": m.step_id,
-            "reason": m.reason,
-            "new_description": m.new_description,
-        })).collect::<Vec<_>>(),
+        "pending_modifications": s.pending_modifications.iter().map(modification_json).collect::<Vec<_>>(),
         "lease": lease_json(s.lease.as_ref()),
+    })
+}
+
+fn modification_json(m: &pb::PlanModification) -> Value {
+    json!({
+        "modification_id": m.modification_id,
+        "step_id": m.step_id,
+        "reason": m.reason,
+        "new_description": m.new_description,
+    })
+}
+
+/// An inbox item's kind: `plan` or `modification`.
+pub fn inbox_kind_name(k: pb::InboxItemKind) -> &'static str {
+    match k {
+        pb::InboxItemKind::Modification => "modification",
+        pb::InboxItemKind::Plan | pb::InboxItemKind::Unspecified => "plan",
+    }
+}
+
+/// An inbox item as every surface shows it, with how long it has waited
+/// at `now` (micros).
+pub fn inbox_item_json(i: &pb::InboxItem, now: i64) -> Value {
+    json!({
+        "session_id": i.session_id,
+        "agent_id": i.agent_id,
+        "parent_session_id": i.parent_session_id,
+        "kind": inbox_kind_name(i.kind()),
+        "plan_id": i.plan_id,
+        "goal": i.goal,
+        "summary": i.summary,
+        "modification": i.modification.as_ref().map(modification_json),
+        "submitted_by": i.submitted_by,
+        "waiting_since": timestamp_json(i.waiting_since.as_ref()),
+        "waiting_seconds": secs_between(micros(i.waiting_since.as_ref()), now),
     })
 }
 

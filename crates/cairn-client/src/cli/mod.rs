@@ -22,6 +22,6 @@ pub use args::{
     AdminCmd, ClientArgs, Output, PlanCmd, PrincipalCmd, SessionCmd, TodoCmd, WaitArgs, WatchArgs,
 };
 pub use board::watch;
-pub use commands::{plan, session, todo, wait};
+pub use commands::{inbox, plan, session, todo, wait};
 pub use io::CliResult;
 pub use principals::principal;

@@ -10,7 +10,9 @@ use std::fmt::Write as _;
 
 use unicode_width::UnicodeWidthStr;
 
-use crate::view::ago;
+use cairn_api as pb;
+
+use crate::view::{ago, micros, secs_between};
 
 /// Text from the server made safe for a terminal: a step or todo written by
 /// anyone must not move the cursor, clear the screen or retitle the window.
@@ -31,6 +33,40 @@ pub fn printable(text: &str) -> Cow<'_, str> {
             })
             .collect(),
     )
+}
+
+/// The inbox as a numbered table, oldest first: how long each item has
+/// waited at `now` (micros), its session and agent, and what it asks.
+pub fn inbox(items: &[pb::InboxItem], now: i64) -> String {
+    if items.is_empty() {
+        return "Nothing awaits your approval.\n".into();
+    }
+    let mut out = String::from(" #  WAITING  SESSION / AGENT  ASKS\n");
+    for (n, i) in items.iter().enumerate() {
+        let waited = ago(secs_between(micros(i.waiting_since.as_ref()), now));
+        let asks = match (&i.modification, i.kind()) {
+            (Some(m), pb::InboxItemKind::Modification) => format!(
+                "modification {} of step {}: {} ({})",
+                m.modification_id, m.step_id, m.new_description, m.reason
+            ),
+            _ => format!("plan {}: {}", i.plan_id, i.summary),
+        };
+        let _ = writeln!(
+            out,
+            "{:>2}  {waited:>7}  {} / {}  {}",
+            n + 1,
+            printable(&i.session_id),
+            printable(&i.agent_id),
+            printable(&asks)
+        );
+        if !i.goal.is_empty() {
+            let _ = writeln!(out, "    {:>7}  goal: {}", "", printable(&i.goal));
+        }
+    }
+    out.push_str(
+        "\nDecide on a plan with `cairn plan approve SESSION` or `cairn plan reject SESSION --reason …`;\non a modification with the ApproveModification or RejectModification RPC.\n",
+    );
+    out
 }
 
 /// Status of one rendered line.
@@ -223,6 +259,45 @@ pub fn board(title: &str, rows: &[BoardRow], revision: u64, color: bool) -> Stri
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_inbox() {
+        let at = |secs: i64| {
+            Some(prost_types::Timestamp {
+                seconds: secs,
+                nanos: 0,
+            })
+        };
+        let items = [
+            pb::InboxItem {
+                session_id: "orch:coder".into(),
+                agent_id: "coder".into(),
+                kind: pb::InboxItemKind::Plan.into(),
+                plan_id: "plan_2026-12-01_abcdef".into(),
+                goal: "Add authentication".into(),
+                summary: "JWT login\u{1b}[2J".into(),
+                waiting_since: at(1_000),
+                ..Default::default()
+            },
+            pb::InboxItem {
+                session_id: "orch:tester".into(),
+                agent_id: "tester".into(),
+                kind: pb::InboxItemKind::Modification.into(),
+                plan_id: "plan_2026-11-30_zyxwvu".into(),
+                modification: Some(pb::PlanModification {
+                    modification_id: 1,
+                    step_id: 2,
+                    reason: "flaky".into(),
+                    new_description: "Retry the login test".into(),
+                    ..Default::default()
+                }),
+                waiting_since: at(1_200),
+                ..Default::default()
+            },
+        ];
+        insta::assert_snapshot!(inbox(&items, 1_300 * 1_000_000));
+        assert_eq!(inbox(&[], 0), "Nothing awaits your approval.\n");
+    }
 
     fn items() -> Vec<(Mark, String)> {
         vec![
