@@ -24,6 +24,8 @@ SEED_TOOLS = {
     "plan_modify",
     "wait",
     "check_action",
+    "inbox",
+    "inbox_decide",
 }
 
 
@@ -202,6 +204,38 @@ def test_plan_mode_workflow_and_blocked_writes(server_addr):
     run(with_agent(server_addr, "planner", "planner", body))
 
 
+def test_an_approving_agent_decides_from_its_inbox(server_addr):
+    plan = {
+        "summary": "Cache the sessions",
+        "steps": [{"id": 1, "description": "LRU"}, {"id": 2, "description": "Metrics", "depends_on": [1]}],
+    }
+
+    async def submit(mcp):
+        await call(mcp, "plan_enter", goal="Faster reads")
+        err, text = await call(mcp, "plan_exit", plan=plan)
+        assert not err, text
+
+    run(with_agent(server_addr, "inbox-coder", "inbox:coder", submit))
+
+    async def decide(mcp):
+        err, text = await call(mcp, "inbox")
+        assert not err, text
+        mine = [i for i in json.loads(text)["items"] if i["session_id"] == "inbox:coder"]
+        assert len(mine) == 1, text
+        item = mine[0]
+        assert item["kind"] == "plan" and item["summary"] == "Cache the sessions" and item["goal"] == "Faster reads"
+        assert item["waiting_seconds"] >= 0 and item["plan_id"].startswith("plan_")
+        err, text = await call(mcp, "inbox_decide", session_id="inbox:coder", decision="maybe")
+        assert err and text == 'decision: "maybe" is not one of approve or reject', text
+        err, text = await call(mcp, "inbox_decide", session_id="inbox:coder", decision="approve")
+        assert not err, text
+        assert json.loads(text)["active_plan"]["plan_id"] == item["plan_id"]
+        err, text = await call(mcp, "inbox")
+        assert all(i["session_id"] != "inbox:coder" for i in json.loads(text)["items"])
+
+    run(with_agent(server_addr, "inbox-lead", "inbox:lead", decide))
+
+
 def test_an_orchestrator_waits_for_its_sub_agent(server_addr):
     async def sub(mcp):
         await call(mcp, "update_plan", plan=steps(4, 4))
@@ -280,14 +314,14 @@ def test_every_tool_says_what_it_does_and_statuses_are_enums(server_addr):
         return (await mcp.list_tools()).tools
 
     tools = {t.name: t for t in run(with_agent(server_addr, "annotated", "annotated", body))}
-    read_only = {"todo_read", "plan_status", "wait", "check_action"}
+    read_only = {"todo_read", "plan_status", "wait", "check_action", "inbox"}
     for name, tool in tools.items():
         a = tool.annotations
         assert a is not None and a.title, name
         assert a.read_only_hint == (name in read_only), name
         assert a.open_world_hint is False, name
         if name not in read_only:
-            assert a.destructive_hint == (name in {"update_plan", "todo_write", "plan_reject"}), name
+            assert a.destructive_hint == (name in {"update_plan", "todo_write", "plan_reject", "inbox_decide"}), name
     status = json.dumps(tools["update_plan"].input_schema)
     assert '"enum": ["pending", "in_progress", "completed"]' in status, status
     todo = json.dumps(tools["todo_write"].input_schema)

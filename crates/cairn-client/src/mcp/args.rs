@@ -170,6 +170,22 @@ pub struct WaitArgs {
     pub timeout_seconds: Option<u64>,
 }
 
+/// Arguments of `inbox_decide`.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct InboxDecideArgs {
+    /// The session whose plan or modification to decide on (from `inbox`).
+    pub session_id: String,
+    /// The modification to decide on; leave it out to decide on the plan.
+    #[serde(default)]
+    pub modification_id: Option<u32>,
+    /// `approve` or `reject`.
+    #[schemars(extend("enum" = ["approve", "reject"]))]
+    pub decision: String,
+    /// Why (shown to the agent that asked, on a rejection).
+    #[serde(default)]
+    pub reason: Option<String>,
+}
+
 /// Arguments of `check_action`.
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 pub struct CheckActionArgs {

@@ -10,8 +10,9 @@ use std::time::Duration;
 use tokio::sync::OnceCell;
 
 use super::args::{
-    CheckActionArgs, McpArgs, NoArgs, PlanCompleteArgs, PlanEnterArgs, PlanExitArgs,
-    PlanModifyArgs, PlanRejectArgs, StepCompleteArgs, TodoWriteArgs, UpdatePlanArgs, WaitArgs,
+    CheckActionArgs, InboxDecideArgs, McpArgs, NoArgs, PlanCompleteArgs, PlanEnterArgs,
+    PlanExitArgs, PlanModifyArgs, PlanRejectArgs, StepCompleteArgs, TodoWriteArgs, UpdatePlanArgs,
+    WaitArgs,
 };
 use crate::conn::{Api, CallTimeout};
 use crate::view;
@@ -630,6 +631,98 @@ impl CairnTools {
             }
             Err(e) => tool_error(&e),
         }
+    }
+
+    #[tool(
+        name = "inbox",
+        annotations(
+            title = "List what awaits your approval",
+            read_only_hint = true,
+            open_world_hint = false
+        ),
+        description = "List every plan and plan modification awaiting your approval, across all session trees you may approve, oldest first: each with its session, agent, goal, summary or requested change, and how long it has waited. Decide on one with inbox_decide."
+    )]
+    async fn inbox(&self, Parameters(_): Parameters<NoArgs>) -> Result<CallToolResult, McpError> {
+        let req = pb::ListInboxRequest {
+            page_size: 100,
+            page_token: String::new(),
+        };
+        match self.plans().list_inbox(req).await {
+            Ok(r) => {
+                let r = r.into_inner();
+                let now = view::now_micros();
+                ok_json(&json!({
+                    "items": r.items.iter().map(|i| view::inbox_item_json(i, now)).collect::<Vec<_>>(),
+                    "more": !r.next_page_token.is_empty(),
+                }))
+            }
+            Err(e) => tool_error(&e),
+        }
+    }
+
+    #[tool(
+        name = "inbox_decide",
+        annotations(
+            title = "Approve or reject an item of your inbox",
+            read_only_hint = false,
+            destructive_hint = true,
+            idempotent_hint = false,
+            open_world_hint = false
+        ),
+        description = "Approve or reject a plan (or, with modification_id, a plan modification) awaiting your approval in another session, as listed by inbox. A rejection's reason goes back to the agent that asked. You cannot decide on what you submitted yourself."
+    )]
+    async fn inbox_decide(
+        &self,
+        Parameters(args): Parameters<InboxDecideArgs>,
+    ) -> Result<CallToolResult, McpError> {
+        let approve = match args.decision.as_str() {
+            "approve" => true,
+            "reject" => false,
+            other => {
+                return tool_error(&tonic::Status::invalid_argument(format!(
+                    "decision: {:?} is not one of approve or reject",
+                    other.chars().take(40).collect::<String>()
+                )));
+            }
+        };
+        let session_id = args.session_id;
+        let reason = args.reason.unwrap_or_default();
+        let mut plans = self.plans();
+        let status = match (args.modification_id, approve) {
+            (None, true) => plans
+                .approve_plan(pb::ApprovePlanRequest {
+                    session_id,
+                    approver: self.args.agent_id.clone(),
+                    expected_revision: None,
+                })
+                .await
+                .map(|r| r.into_inner().status),
+            (None, false) => plans
+                .reject_plan(pb::RejectPlanRequest {
+                    session_id,
+                    reason,
+                    expected_revision: None,
+                })
+                .await
+                .map(|r| r.into_inner().status),
+            (Some(modification_id), true) => plans
+                .approve_modification(pb::ApproveModificationRequest {
+                    session_id,
+                    modification_id,
+                    expected_revision: None,
+                })
+                .await
+                .map(|r| r.into_inner().status),
+            (Some(modification_id), false) => plans
+                .reject_modification(pb::RejectModificationRequest {
+                    session_id,
+                    modification_id,
+                    expected_revision: None,
+                })
+                .await
+                .map(|r| r.into_inner().status),
+        };
+        self.status_reply(status)
     }
 
     #[tool(
