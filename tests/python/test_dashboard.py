@@ -253,3 +253,57 @@ def test_sign_in_csrf_and_hostile_text(signed_dashboard, browser):
 
 def status_of(plans, metadata):
     return plans.GetPlanStatus(plan.GetPlanStatusRequest(session_id="orch"), metadata=metadata).status
+
+
+def test_the_inbox_page_counts_lists_and_decides(dashboard, browser):
+    """The inbox page: its title counts what awaits approval, items arrive
+    live, and Approve on a plan or a modification takes it out."""
+    from selenium.webdriver.common.by import By
+
+    ch, url = dashboard
+    sessions = session_pb2_grpc.SessionServiceStub(ch)
+    plans = plan_pb2_grpc.PlanServiceStub(ch)
+    steps = [
+        plan.ImplementationStep(id=1, description="Token type"),
+        plan.ImplementationStep(id=2, description="Middleware", depends_on=[1]),
+    ]
+
+    def submit(sid, summary):
+        sessions.CreateSession(session.CreateSessionRequest(session=session.Session(session_id=sid, agent_id="coder")))
+        plans.EnterPlanMode(plan.EnterPlanModeRequest(session_id=sid, goal=f"goal of {sid}"))
+        plans.ExitPlanMode(plan.ExitPlanModeRequest(session_id=sid, plan=plan.ImplementationPlan(summary=summary, steps=steps)))
+
+    submit("auth", "JWT <b>auth</b>")
+    submit("cache", "LRU cache")
+    plans.ApprovePlan(plan.ApprovePlanRequest(session_id="cache", approver="lead"))
+    plans.ModifyPlan(plan.ModifyPlanRequest(session_id="cache", step_id=2, reason="simpler", new_description="No metrics"))
+
+    browser.get(url + "inbox")
+    wait_until(lambda: browser.title == "Cairn inbox (2)", "the count in the title")
+    items = browser.find_elements(By.CSS_SELECTOR, ".inbox-item")
+    assert [(i.get_attribute("data-session"), i.get_attribute("data-kind")) for i in items] == [
+        ("auth", "plan"), ("cache", "modification"),
+    ]
+    # Server text is text: the tags in the summary are shown, not made.
+    auth = items[0]
+    assert "JWT <b>auth</b>" in auth.find_element(By.CLASS_NAME, "asks").text
+    assert not auth.find_elements(By.TAG_NAME, "b")
+    assert "Step 2: No metrics (simpler)" in items[1].find_element(By.CLASS_NAME, "asks").text
+
+    # A plan submitted over gRPC arrives without a reload.
+    submit("search", "Full-text search")
+    wait_until(lambda: browser.title == "Cairn inbox (3)", "the new item")
+
+    card = lambda sid: browser.find_element(By.CSS_SELECTOR, f'.inbox-item[data-session="{sid}"]')  # noqa: E731
+    card("auth").find_element(By.CSS_SELECTOR, "button.approve").click()
+    wait_until(lambda: browser.title == "Cairn inbox (2)", "the plan approved")
+    status = plans.GetPlanStatus(plan.GetPlanStatusRequest(session_id="auth")).status
+    assert status.active.approver == "dashboard"
+    card("cache").find_element(By.CSS_SELECTOR, "button.approve").click()
+    wait_until(lambda: browser.title == "Cairn inbox (1)", "the modification approved")
+    status = plans.GetPlanStatus(plan.GetPlanStatusRequest(session_id="cache")).status
+    assert not status.pending_modifications
+    assert [s.description for s in status.active.plan.steps][1] == "No metrics"
+    plans.RejectPlan(plan.RejectPlanRequest(session_id="search", reason="later"))
+    wait_until(lambda: browser.title == "Cairn inbox", "an empty inbox")
+    assert browser.find_element(By.ID, "inbox").text == "Nothing awaits your approval."

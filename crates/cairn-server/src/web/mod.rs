@@ -40,7 +40,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use cairn_api::shapes;
 use cairn_core::access::{Caller, Role};
-use cairn_core::command::{PlanCommand, PlanWrite};
+use cairn_core::command::{self, PlanCommand, PlanWrite};
 use cairn_core::error::Excerpt;
 use cairn_store::hub::Topic;
 use serde::Deserialize;
@@ -52,6 +52,8 @@ use crate::site::Site;
 use crate::watch::{self, Item, Start};
 
 const PAGE: &str = include_str!("index.html");
+const INBOX_PAGE: &str = include_str!("inbox.html");
+const INBOX_SCRIPT: &str = include_str!("inbox.js");
 const LOGIN: &str = include_str!("login.html");
 const SCRIPT: &str = include_str!("app.js");
 const STYLE: &str = include_str!("app.css");
@@ -176,6 +178,17 @@ impl Web {
             .route("/logout", post(logout))
             .route("/app.js", get(script))
             .route("/app.css", get(style))
+            .route("/inbox", get(inbox_page))
+            .route("/inbox.js", get(inbox_script))
+            .route("/api/inbox", get(inbox))
+            .route(
+                "/api/sessions/{id}/modifications/{modification}/approve",
+                post(approve_modification),
+            )
+            .route(
+                "/api/sessions/{id}/modifications/{modification}/reject",
+                post(reject_modification),
+            )
             .route("/events", get(events))
             .route("/api/sessions/{id}/approve", post(approve))
             .route("/api/sessions/{id}/reject", post(reject))
@@ -367,6 +380,47 @@ async fn guarded(AxumState(web): AxumState<Web>, mut request: Request, next: Nex
 
 async fn page(Extension(signed): Extension<Signed>) -> Html<String> {
     Html(PAGE.replace("{{CSRF_TOKEN}}", &signed.csrf))
+}
+
+async fn inbox_page(Extension(signed): Extension<Signed>) -> Html<String> {
+    Html(INBOX_PAGE.replace("{{CSRF_TOKEN}}", &signed.csrf))
+}
+
+async fn inbox_script() -> impl IntoResponse {
+    (
+        [(header::CONTENT_TYPE, "text/javascript; charset=utf-8")],
+        INBOX_SCRIPT,
+    )
+}
+
+/// Most inbox items the page shows.
+const INBOX_ITEMS: usize = 500;
+
+/// What awaits the signed-in principal's approval (`ListInbox`), in the
+/// shape of `cairn_api::shapes::inbox_item_json`.
+async fn inbox(AxumState(web): AxumState<Web>, Extension(signed): Extension<Signed>) -> Response {
+    match web
+        .state
+        .store
+        .inbox(&signed.caller, None, INBOX_ITEMS)
+        .await
+    {
+        Ok((page, revision)) => {
+            let now = cairn_store::now_micros();
+            let items: Vec<_> = page
+                .items
+                .into_iter()
+                .map(|i| shapes::inbox_item_json(&crate::convert::inbox_item(i), now))
+                .collect();
+            Json(serde_json::json!({
+                "items": items,
+                "more": page.next_after.is_some(),
+                "revision": revision,
+            }))
+            .into_response()
+        }
+        Err(e) => failed(&e),
+    }
 }
 
 /// The sign-in form; `error` says why the last try failed.
@@ -564,6 +618,52 @@ async fn reject(
     let bytes = id.len() + d.reason.len();
     let reject = PlanCommand::Reject { reason: d.reason };
     decide(&web, &signed, id, reject, bytes).await
+}
+
+async fn approve_modification(
+    AxumState(web): AxumState<Web>,
+    Extension(signed): Extension<Signed>,
+    Path((id, modification_id)): Path<(String, u32)>,
+) -> Response {
+    decide_modification(
+        &web,
+        &signed,
+        id,
+        modification_id,
+        command::Decision::Approve,
+    )
+    .await
+}
+
+async fn reject_modification(
+    AxumState(web): AxumState<Web>,
+    Extension(signed): Extension<Signed>,
+    Path((id, modification_id)): Path<(String, u32)>,
+) -> Response {
+    decide_modification(
+        &web,
+        &signed,
+        id,
+        modification_id,
+        command::Decision::Reject,
+    )
+    .await
+}
+
+/// `ApproveModification` or `RejectModification`, from the inbox page.
+async fn decide_modification(
+    web: &Web,
+    signed: &Signed,
+    id: String,
+    modification_id: u32,
+    decision: command::Decision,
+) -> Response {
+    let bytes = id.len();
+    let decide_it = PlanCommand::DecideModification {
+        modification_id,
+        decision,
+    };
+    decide(web, signed, id, decide_it, bytes).await
 }
 
 /// Applies an approver's decision on a session's plan, as `ApprovePlan` or
