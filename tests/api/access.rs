@@ -58,6 +58,8 @@ const MATRIX: &[(&str, &str, &str)] = &[
     // (the call itself succeeds for everyone, with what the caller may
     // approve).
     ("ListInbox", "YNNYN", "YNNNN"),
+    // Y: the watched inbox's initial state holds the plan; N: it does not.
+    ("WatchInbox", "YNNYN", "YNNNN"),
     ("ReadTodos", "YNYNN", "YNNNN"),
     ("WriteTodos", "YNYNN", "YNNNN"),
     ("WatchSession", "YYYYY", "YNNNN"),
@@ -213,7 +215,7 @@ enum Needs {
 fn needs(rpc: &str) -> Needs {
     match rpc {
         "ExitPlanMode" => Needs::Planning,
-        "ApprovePlan" | "RejectPlan" | "ListInbox" => Needs::AwaitingApproval,
+        "ApprovePlan" | "RejectPlan" | "ListInbox" | "WatchInbox" => Needs::AwaitingApproval,
         "CompleteStep" | "CompletePlan" | "ModifyPlan" => Needs::Active,
         "ApproveModification" | "RejectModification" => Needs::PendingModification,
         _ => Needs::Nothing,
@@ -634,6 +636,36 @@ async fn call(
             }
         }
         "WhoAmI" => code(who.auth.who_am_i(pb::WhoAmIRequest {}).await.map(drop)),
+        "WatchInbox" => {
+            let stream = who
+                .watch
+                .watch(pb::WatchRequest {
+                    target: Some(pb::watch_request::Target::Inbox(true)),
+                    send_initial_state: true,
+                    ..Default::default()
+                })
+                .await;
+            let mut stream = match stream {
+                Ok(r) => r.into_inner(),
+                Err(e) => return e.code(),
+            };
+            loop {
+                match stream.message().await {
+                    Ok(Some(pb::WatchResponse {
+                        kind: Some(pb::watch_response::Kind::Event(e)),
+                    })) if e.session_id == s => return Code::Ok,
+                    // The initial state ended (or the stream did) without it.
+                    Ok(
+                        Some(pb::WatchResponse {
+                            kind: Some(pb::watch_response::Kind::Synced(_)),
+                        })
+                        | None,
+                    ) => return Code::PermissionDenied,
+                    Ok(Some(_)) => {}
+                    Err(e) => return e.code(),
+                }
+            }
+        }
         "ListInbox" => {
             let mut token = String::new();
             loop {

@@ -6,6 +6,8 @@ use cairn_api as pb;
 use cairn_api::auth_service_client::AuthServiceClient;
 use cairn_api::plan_service_client::PlanServiceClient;
 use cairn_api::session_service_client::SessionServiceClient;
+use cairn_api::watch_response::Kind;
+use cairn_api::watch_service_client::WatchServiceClient;
 use cairn_server::auth::AuthMode;
 use cairn_testkit::{Authed, Bearer, TestServer, five_steps, update};
 use tonic::Code;
@@ -16,13 +18,67 @@ const ADMIN: &str = "inbox-admin-token-0123456789abcdef";
 struct Who {
     sessions: SessionServiceClient<Authed>,
     plans: PlanServiceClient<Authed>,
+    watch: WatchServiceClient<Authed>,
 }
 
 fn who(channel: &Channel, token: &str) -> Who {
+    let b = || Bearer::new(Some(token));
     Who {
-        sessions: SessionServiceClient::with_interceptor(channel.clone(), Bearer::new(Some(token))),
-        plans: PlanServiceClient::with_interceptor(channel.clone(), Bearer::new(Some(token))),
+        sessions: SessionServiceClient::with_interceptor(channel.clone(), b()),
+        plans: PlanServiceClient::with_interceptor(channel.clone(), b()),
+        watch: WatchServiceClient::with_interceptor(channel.clone(), b()),
     }
+}
+
+type Stream = tonic::Streaming<pb::WatchResponse>;
+
+/// An inbox watch: with `start`, replayed from that revision; without,
+/// its initial state first.
+async fn watch_inbox(w: &mut Who, start: Option<u64>) -> Stream {
+    w.watch
+        .watch(pb::WatchRequest {
+            target: Some(pb::watch_request::Target::Inbox(true)),
+            start_revision: start,
+            send_initial_state: start.is_none(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+}
+
+/// An inbox event as (added, session, kind).
+type Seen = (bool, String, pb::InboxItemKind);
+
+/// The inbox events of `stream` up to `synced` (`None`), or the next `n`.
+async fn inbox_events(stream: &mut Stream, n: Option<usize>) -> (Vec<Seen>, u64) {
+    let mut out = Vec::new();
+    loop {
+        match cairn_testkit::stream::next(stream).await {
+            Kind::Event(e) => {
+                let Some(pb::event::Object::InboxItem(i)) = &e.object else {
+                    panic!("an inbox watch got {e:?}");
+                };
+                let added = match e.r#type() {
+                    pb::EventType::InboxItemAdded => true,
+                    pb::EventType::InboxItemRemoved => false,
+                    other => panic!("an inbox watch got {other:?}"),
+                };
+                out.push((added, i.session_id.clone(), i.kind()));
+                if n == Some(out.len()) {
+                    return (out, e.revision);
+                }
+            }
+            Kind::Synced(r) if n.is_none() => return (out, r.revision),
+            _ => {}
+        }
+    }
+}
+
+fn seen(list: &[(bool, &str, pb::InboxItemKind)]) -> Vec<Seen> {
+    list.iter()
+        .map(|(a, s, k)| (*a, (*s).to_owned(), *k))
+        .collect()
 }
 
 fn plan() -> pb::ImplementationPlan {
@@ -225,6 +281,32 @@ async fn each_approver_sees_what_it_may_approve_oldest_first() {
         items(&[("a:1", Plan), ("a:2", Modification)])
     );
     assert!(inbox(&mut viewer, 50).await.is_empty());
+    // The same sets, watched: the initial state of each inbox.
+    let mut north_live = watch_inbox(&mut north, None).await;
+    let (snapshot, synced) = inbox_events(&mut north_live, None).await;
+    let added = |l: &[(String, pb::InboxItemKind)]| {
+        let mut v: Vec<Seen> = l.iter().map(|(s, k)| (true, s.clone(), *k)).collect();
+        v.sort();
+        v
+    };
+    let mut got = snapshot.clone();
+    got.sort();
+    assert_eq!(got, added(&want_north));
+    let mut south_live = watch_inbox(&mut south, None).await;
+    assert_eq!(
+        inbox_events(&mut south_live, None).await.0,
+        seen(&[(true, "c:1", Plan)])
+    );
+    // What it submitted itself is not in its watched inbox either.
+    let mut own = watch_inbox(&mut both, None).await;
+    let mut got = inbox_events(&mut own, None).await.0;
+    got.sort();
+    assert_eq!(
+        got,
+        seen(&[(true, "a:1", Plan), (true, "a:2", Modification)])
+    );
+    let mut viewer_live = watch_inbox(&mut viewer, None).await;
+    assert!(inbox_events(&mut viewer_live, None).await.0.is_empty());
     assert_eq!(inbox(&mut admin, 50).await.len(), 5);
     // What an item carries.
     let page = north
@@ -293,6 +375,22 @@ async fn each_approver_sees_what_it_may_approve_oldest_first() {
         .await
         .unwrap();
     assert_eq!(inbox(&mut north, 50).await, items(&[("a:3", Plan)]));
+    // Watched: each change once, in order, to the approvers it concerns.
+    awaiting(&mut setup, "c", "c:2").await;
+    awaiting(&mut setup, "b", "b:2").await;
+    let want_live = seen(&[
+        (false, "a:1", Plan),
+        (false, "a:2", Modification),
+        (false, "b:1", Plan),
+        (true, "b:2", Plan),
+    ]);
+    let (live, _) = inbox_events(&mut north_live, Some(4)).await;
+    assert_eq!(live, want_live);
+    let (south_saw, _) = inbox_events(&mut south_live, Some(1)).await;
+    assert_eq!(south_saw, seen(&[(true, "c:2", Plan)]));
+    // Resumed from the log after the snapshot: the same, again.
+    let mut resumed = watch_inbox(&mut north, Some(synced + 1)).await;
+    assert_eq!(inbox_events(&mut resumed, Some(4)).await.0, want_live);
     // The index holds what waits and nothing decided or deleted: read
     // from the store itself once the server is down.
     let mut server = server;
@@ -307,7 +405,9 @@ async fn each_approver_sees_what_it_may_approve_oldest_first() {
         index,
         [
             ("c:1", cairn_core::inbox::Awaited::Plan),
-            ("a:3", cairn_core::inbox::Awaited::Plan)
+            ("a:3", cairn_core::inbox::Awaited::Plan),
+            ("c:2", cairn_core::inbox::Awaited::Plan),
+            ("b:2", cairn_core::inbox::Awaited::Plan)
         ]
     );
     store.close().await;

@@ -373,18 +373,36 @@ pub fn event_type_name(t: pb::EventType) -> &'static str {
         pb::EventType::PlanUpdated => "plan_updated",
         pb::EventType::TodosUpdated => "todos_updated",
         pb::EventType::TodosCleared => "todos_cleared",
+        pb::EventType::InboxItemAdded => "inbox_item_added",
+        pb::EventType::InboxItemRemoved => "inbox_item_removed",
         pb::EventType::Unspecified => "unspecified",
     }
 }
 
 /// A watch event: its revision and type, whom it concerns, and the object
 /// as it is after the event (`session`, `plan` or `todos`, the others
-/// `null`). The dashboard's `/events` stream sends exactly this.
+/// `null`). The dashboard's `/events` stream sends exactly this. An inbox
+/// event also has `inbox_item` (the item's shape, its wait measured at its
+/// revision's time is left out: `waiting_since` says it).
 pub fn event_json(e: &pb::Event) -> Value {
     let (session, plan, todos) = match &e.object {
         Some(pb::event::Object::Session(s)) => (session_json(s), Value::Null, Value::Null),
         Some(pb::event::Object::Plan(p)) => (Value::Null, plan_json(p), Value::Null),
         Some(pb::event::Object::Todos(t)) => (Value::Null, Value::Null, todo_json(t)),
+        Some(pb::event::Object::InboxItem(i)) => {
+            let mut item = inbox_item_json(i, micros(i.waiting_since.as_ref()));
+            if let Some(o) = item.as_object_mut() {
+                o.remove("waiting_seconds");
+            }
+            return json!({
+                "revision": e.revision,
+                "type": event_type_name(e.r#type()),
+                "session_id": e.session_id,
+                "parent_session_id": e.parent_session_id,
+                "agent_id": e.agent_id,
+                "inbox_item": item,
+            });
+        }
         None => (Value::Null, Value::Null, Value::Null),
     };
     json!({

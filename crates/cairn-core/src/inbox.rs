@@ -6,12 +6,15 @@
 //! keys, updated in the revision that starts or ends the wait, so an inbox
 //! page reads the oldest waiting items without scanning every plan.
 
+use serde::{Deserialize, Serialize};
+
 use crate::Micros;
 use crate::error::{Error, Result};
 use crate::plan_mode::PlanModeState;
 
 /// One item of a session awaiting approval.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Awaited {
     /// The plan submitted with `ExitPlanMode`.
     Plan,
@@ -42,7 +45,7 @@ impl Awaited {
 
 /// One waiting item as the index orders it: oldest first, then by
 /// session, then by item.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct Awaiting {
     /// When it started waiting.
     pub since: Micros,

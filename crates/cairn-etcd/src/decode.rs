@@ -65,7 +65,7 @@ fn stamp_event(e: &mut Event, revision: u64) {
         EventObject::Session(s) => s.stamp(revision),
         EventObject::Plan(p) => p.stamp(revision),
         EventObject::Todos(t) => t.stamp(revision),
-        EventObject::Principal(_) => {}
+        EventObject::Principal(_) | EventObject::Inbox(_) => {}
     }
 }
 

@@ -636,6 +636,8 @@ pub fn event(d: crate::watch::Delivered) -> pb::Event {
             // Never matched by a watch target: servers follow it, clients
             // never see it.
             EventKind::PrincipalChanged => pb::EventType::Unspecified,
+            EventKind::InboxAdded => pb::EventType::InboxItemAdded,
+            EventKind::InboxRemoved => pb::EventType::InboxItemRemoved,
         }
         .into(),
         object: match e.object {
@@ -643,6 +645,7 @@ pub fn event(d: crate::watch::Delivered) -> pb::Event {
             EventObject::Plan(p) => Some(pb::event::Object::Plan(plan(*p))),
             EventObject::Todos(t) => Some(pb::event::Object::Todos(todo_list(t))),
             EventObject::Principal(_) => None,
+            EventObject::Inbox(i) => Some(pb::event::Object::InboxItem(inbox_item(*i))),
         },
         session_id: e.session_id,
         parent_session_id: e.parent_session_id,

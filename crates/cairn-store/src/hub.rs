@@ -47,11 +47,19 @@ pub enum Topic {
     All,
     /// Principal changes, which only servers follow (to forget tokens).
     Principals,
+    /// Items starting and ending a wait for approval, in every tree (the
+    /// caller's rights decide which it sees).
+    Inbox,
 }
 
 impl Topic {
     /// Whether `event` belongs to this target.
     pub fn matches(&self, event: &Event) -> bool {
+        // Inbox events are for inbox watchers only: the plan event of the
+        // same revision tells everyone else.
+        if event.kind.is_inbox() != matches!(self, Topic::Inbox) {
+            return false;
+        }
         match self {
             Topic::Session(id) => event.session_id == *id,
             Topic::Tree(root) => event.in_tree(root),
@@ -64,6 +72,7 @@ impl Topic {
             Topic::Trees(roots) => roots.iter().any(|r| event.in_tree(r)),
             Topic::All => event.kind != EventKind::PrincipalChanged,
             Topic::Principals => event.kind == EventKind::PrincipalChanged,
+            Topic::Inbox => true,
         }
     }
 
@@ -77,6 +86,7 @@ impl Topic {
             Topic::Trees(_) => "trees",
             Topic::All => "all",
             Topic::Principals => "principals",
+            Topic::Inbox => "inbox",
         }
     }
 
@@ -90,6 +100,7 @@ impl Topic {
             Topic::Trees(roots) => roots.iter().cloned().map(Key::Tree).collect(),
             Topic::All => vec![Key::All],
             Topic::Principals => vec![Key::Principals],
+            Topic::Inbox => vec![Key::Inbox],
         }
     }
 }
@@ -102,6 +113,7 @@ enum Key {
     Agent(String),
     All,
     Principals,
+    Inbox,
 }
 
 /// One registered watcher, as the hub sees it.
@@ -128,6 +140,7 @@ struct Registry {
     agents: HashMap<String, Vec<Arc<Slot>>>,
     all: Vec<Arc<Slot>>,
     principals: Vec<Arc<Slot>>,
+    inbox: Vec<Arc<Slot>>,
 }
 
 impl Registry {
@@ -139,6 +152,7 @@ impl Registry {
             Key::Agent(id) => self.agents.entry(id.clone()).or_default(),
             Key::All => &mut self.all,
             Key::Principals => &mut self.principals,
+            Key::Inbox => &mut self.inbox,
         }
     }
 
@@ -153,6 +167,10 @@ impl Registry {
             }
             Key::Principals => {
                 self.principals.retain(|s| s.id != slot_id);
+                return;
+            }
+            Key::Inbox => {
+                self.inbox.retain(|s| s.id != slot_id);
                 return;
             }
         };
@@ -274,6 +292,10 @@ impl Hub {
             for e in &rev.events {
                 if e.kind == EventKind::PrincipalChanged {
                     lists.push(&reg.principals);
+                    continue;
+                }
+                if e.kind.is_inbox() {
+                    lists.push(&reg.inbox);
                     continue;
                 }
                 visible = true;

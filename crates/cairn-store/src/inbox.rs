@@ -10,8 +10,10 @@
 use cairn_core::access::{self, Action, Caller, Role, SessionFacts};
 use cairn_core::error::Result;
 use cairn_core::inbox::{Awaited, Awaiting};
-use cairn_core::plan_mode::Modification;
+use cairn_core::plan_mode::{Modification, PlanModeState};
 use cairn_core::session::Session;
+
+use serde::{Deserialize, Serialize};
 
 use crate::ops;
 use crate::store::Store;
@@ -24,8 +26,8 @@ const EXAMINED_PER_PAGE: usize = 4_096;
 /// Index entries read at once.
 const BATCH: usize = 256;
 
-/// One item awaiting the caller's approval.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// One item awaiting approval (also what an inbox event carries).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct InboxItem {
     pub key: Awaiting,
     pub session: Session,
@@ -114,12 +116,26 @@ fn visible(v: &dyn crate::ReadTxn, caller: &Caller, key: Awaiting) -> Result<Opt
             return Ok(None);
         }
     }
-    let mode = &record.plan.mode;
+    let Some(item) = item_of(session, &record.plan.mode, key) else {
+        return Ok(None);
+    };
+    if submitted_by(caller, &item.submitted_by) {
+        return Ok(None);
+    }
+    Ok(Some(item))
+}
+
+/// Whether `caller` is the principal that submitted an item (no principal
+/// decides on its own submission, so it is no item of its inbox).
+pub fn submitted_by(caller: &Caller, submitter: &str) -> bool {
+    matches!(caller, Caller::Principal(p) if !submitter.is_empty() && submitter == p.principal_id)
+}
+
+/// The item `key` names in a session's plan-mode state, if it still waits.
+pub fn item_of(session: Session, mode: &PlanModeState, key: Awaiting) -> Option<InboxItem> {
     let (plan_id, summary, modification, submitted_by) = match key.item {
         Awaited::Plan => {
-            let Some(p) = &mode.pending else {
-                return Ok(None);
-            };
+            let p = mode.pending.as_ref()?;
             (
                 p.plan_id.clone(),
                 p.plan.summary.clone(),
@@ -128,9 +144,7 @@ fn visible(v: &dyn crate::ReadTxn, caller: &Caller, key: Awaiting) -> Result<Opt
             )
         }
         Awaited::Modification(id) => {
-            let Some(m) = mode.modifications.iter().find(|m| m.id == id) else {
-                return Ok(None);
-            };
+            let m = mode.modifications.iter().find(|m| m.id == id)?;
             let plan_id = mode
                 .active
                 .as_ref()
@@ -144,13 +158,7 @@ fn visible(v: &dyn crate::ReadTxn, caller: &Caller, key: Awaiting) -> Result<Opt
             )
         }
     };
-    if let Caller::Principal(p) = caller
-        && !submitted_by.is_empty()
-        && submitted_by == p.principal_id
-    {
-        return Ok(None);
-    }
-    Ok(Some(InboxItem {
+    Some(InboxItem {
         key,
         goal: mode.goal.clone(),
         session,
@@ -158,5 +166,5 @@ fn visible(v: &dyn crate::ReadTxn, caller: &Caller, key: Awaiting) -> Result<Opt
         summary,
         modification,
         submitted_by,
-    }))
+    })
 }

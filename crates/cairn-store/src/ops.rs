@@ -17,11 +17,14 @@ use cairn_core::command::{
 use cairn_core::error::{Error, Result};
 use cairn_core::inbox;
 use cairn_core::liveness::{self, Lease, Liveness};
+use cairn_core::plan_mode::PlanModeState;
 use cairn_core::session::{self, Session};
 use cairn_core::todo::{self, TodoInput};
 use cairn_core::{Limits, SessionPlan, check_expected_revision};
 
-use crate::records::{Event, EventKind, PlanRecord, PrincipalRecord, SessionPage, TodoRecord};
+use crate::records::{
+    Event, EventKind, EventObject, PlanRecord, PrincipalRecord, SessionPage, TodoRecord,
+};
 use crate::seam::{Ctx, ReadTxn};
 
 /// Loads a session or fails with NOT_FOUND.
@@ -476,7 +479,9 @@ fn delete_session(
     for (s, chain) in doomed {
         let sid = s.session_id.as_str();
         if let Some(p) = ctx.txn.plan(sid)? {
-            index_waits(ctx, &p.plan.mode.awaiting(sid), &[])?;
+            let waits = waits_changed(&s, &p.plan.mode, &PlanModeState::default(), &chain);
+            index_waits(ctx, &waits)?;
+            events.extend(waits);
         }
         ctx.txn.delete_session(sid)?;
         ctx.txn.delete_plan(sid)?;
@@ -498,17 +503,39 @@ fn delete_session(
 
 /// Keeps the inbox index in step with one session's waiting items, in the
 /// revision that changes them.
-fn index_waits(
-    ctx: &mut Ctx<'_>,
-    before: &[inbox::Awaiting],
-    after: &[inbox::Awaiting],
-) -> Result<()> {
-    let (gone, new) = inbox::changes(before, after);
-    for k in &gone {
-        ctx.txn.delete_awaiting(k)?;
-    }
-    for k in &new {
-        ctx.txn.put_awaiting(k)?;
+/// The items of `session` that stop and start waiting for approval when
+/// its plan-mode state goes from `before` to `after`, as the events inbox
+/// watchers get (pure: [`index_waits`] writes them).
+fn waits_changed(
+    session: &Session,
+    before: &PlanModeState,
+    after: &PlanModeState,
+    chain: &[String],
+) -> Vec<Event> {
+    let id = &session.session_id;
+    let (gone, new) = inbox::changes(&before.awaiting(id), &after.awaiting(id));
+    let removed = gone.into_iter().filter_map(|k| {
+        crate::inbox::item_of(session.clone(), before, k)
+            .map(|i| Event::inbox(EventKind::InboxRemoved, i, chain.to_vec()))
+    });
+    let added = new.into_iter().filter_map(|k| {
+        crate::inbox::item_of(session.clone(), after, k)
+            .map(|i| Event::inbox(EventKind::InboxAdded, i, chain.to_vec()))
+    });
+    removed.chain(added).collect()
+}
+
+/// Keeps the inbox index in step with `waits` (from [`waits_changed`]), in
+/// the revision that changes them.
+fn index_waits(ctx: &mut Ctx<'_>, waits: &[Event]) -> Result<()> {
+    for e in waits {
+        if let EventObject::Inbox(item) = &e.object {
+            if e.kind == EventKind::InboxAdded {
+                ctx.txn.put_awaiting(&item.key)?;
+            } else {
+                ctx.txn.delete_awaiting(&item.key)?;
+            }
+        }
     }
     Ok(())
 }
@@ -778,7 +805,7 @@ fn plan(
     // 4. The rule, on a copy.
     let mut plan = record.plan.clone();
     let (outcome, history) = command.run(&mut plan, caller, ctx.now, limits)?;
-    let waited = record.plan.mode.awaiting(session_id);
+    let waits = waits_changed(&session, &record.plan.mode, &plan.mode, &chain);
     // 5.
     let history_from = record.history_len;
     record.history_len += history.len() as u64;
@@ -810,8 +837,9 @@ fn plan(
         ctx.txn.put_history(session_id, seq, entry)?;
     }
     ctx.txn.put_plan(session_id, &encoded)?;
-    index_waits(ctx, &waited, &record.plan.mode.awaiting(session_id))?;
+    index_waits(ctx, &waits)?;
     events.push(Event::plan(&session, &record, chain));
+    events.extend(waits);
     let rev = ctx.commit(events)?;
     Ok((
         Applied::Plan {

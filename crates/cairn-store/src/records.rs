@@ -63,6 +63,19 @@ pub enum EventKind {
     /// A principal was created, deleted or had its token rotated: never
     /// sent to watchers, but every server follows it to forget tokens.
     PrincipalChanged,
+    /// A plan or modification started waiting for approval (inbox
+    /// watchers only).
+    InboxAdded,
+    /// It stopped waiting: decided, or its session deleted (inbox watchers
+    /// only).
+    InboxRemoved,
+}
+
+impl EventKind {
+    /// Whether only inbox watchers get events of this kind.
+    pub fn is_inbox(self) -> bool {
+        matches!(self, EventKind::InboxAdded | EventKind::InboxRemoved)
+    }
 }
 
 /// The object an event carries.
@@ -75,6 +88,8 @@ pub enum EventObject {
     Todos(TodoRecord),
     /// The id of the principal that changed (nothing secret).
     Principal(String),
+    /// An item of the inbox (boxed: it holds its session).
+    Inbox(Box<crate::inbox::InboxItem>),
 }
 
 /// One change within a committed revision.
@@ -139,6 +154,22 @@ impl Event {
             parent_session_id: session.parent_session_id.clone().unwrap_or_default(),
             agent_id: session.agent_id.clone(),
             object: EventObject::Plan(Box::new(plan.clone())),
+            ancestors,
+            previous_parent_session_id: String::new(),
+            previous_ancestors: Vec::new(),
+            previous_agent_id: String::new(),
+            moved: false,
+        }
+    }
+
+    /// An item starting (`InboxAdded`) or ending (`InboxRemoved`) a wait.
+    pub fn inbox(kind: EventKind, item: crate::inbox::InboxItem, ancestors: Vec<String>) -> Self {
+        Event {
+            kind,
+            session_id: item.session.session_id.clone(),
+            parent_session_id: item.session.parent_session_id.clone().unwrap_or_default(),
+            agent_id: item.session.agent_id.clone(),
+            object: EventObject::Inbox(Box::new(item)),
             ancestors,
             previous_parent_session_id: String::new(),
             previous_ancestors: Vec::new(),

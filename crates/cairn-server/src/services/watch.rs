@@ -59,10 +59,14 @@ impl WatchApi {
                 Topic::Agent(id)
             }
             Some(pb::watch_request::Target::All(true)) => Topic::All,
-            Some(pb::watch_request::Target::All(false)) | None => {
+            Some(pb::watch_request::Target::Inbox(true)) => Topic::Inbox,
+            Some(
+                pb::watch_request::Target::All(false) | pb::watch_request::Target::Inbox(false),
+            )
+            | None => {
                 return Err(Error::invalid(
                     "target",
-                    "set one of session_id, session_tree, agent_id or all",
+                    "set one of session_id, session_tree, agent_id, all or inbox",
                 ));
             }
         };
@@ -218,6 +222,7 @@ fn watch_target(t: Option<&pb::watch_request::Target>) -> String {
         Some(pb::watch_request::Target::SessionTree(id)) => format!("tree:{}", Excerpt(id)),
         Some(pb::watch_request::Target::AgentId(id)) => format!("agent:{}", Excerpt(id)),
         Some(pb::watch_request::Target::All(all)) => format!("all:{all}"),
+        Some(pb::watch_request::Target::Inbox(inbox)) => format!("inbox:{inbox}"),
         None => "none".into(),
     }
 }

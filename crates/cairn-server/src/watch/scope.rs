@@ -44,11 +44,28 @@ impl Scope {
         access::check_session(&self.caller, Action::Read, &facts).is_ok()
     }
 
+    /// An inbox event, if the caller may decide on its item at its
+    /// revision and did not submit it.
+    fn approves(&self, e: &Event) -> Option<Event> {
+        let EventObject::Inbox(item) = &e.object else {
+            return None;
+        };
+        let facts = SessionFacts {
+            session_id: &e.session_id,
+            agent_id: &e.agent_id,
+            ancestors: &e.ancestors,
+        };
+        (access::check_session(&self.caller, Action::Approve, &facts).is_ok()
+            && !cairn_store::inbox::submitted_by(&self.caller, &item.submitted_by))
+        .then(|| e.clone())
+    }
+
     /// The event as this caller gets it: itself, its session's deletion
     /// (the session left the caller's scope), or nothing.
     pub fn see(&self, e: &Event) -> Option<Event> {
         match e.kind {
             EventKind::PrincipalChanged => return None,
+            EventKind::InboxAdded | EventKind::InboxRemoved => return self.approves(e),
             EventKind::TodosUpdated | EventKind::TodosCleared => {
                 return access::check_todos(&self.caller, &e.agent_id, access::TodoAction::Read)
                     .is_ok()

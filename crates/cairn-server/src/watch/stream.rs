@@ -25,10 +25,11 @@
 use std::time::Duration;
 
 use cairn_core::error::{Error, Result};
+use cairn_core::inbox::Awaiting;
 use cairn_core::session::Session;
 use cairn_store::hub::{Next, Topic};
 use cairn_store::records::{Event, EventKind};
-use cairn_store::{ReadTxn, Store, ops};
+use cairn_store::{ReadTxn, Store, inbox, ops};
 use tokio_stream::{Stream, StreamExt};
 
 /// Revisions read from the log per catch-up step.
@@ -394,6 +395,9 @@ enum Work {
     AllSessions(Option<String>),
     /// Every todo list, by agent, from after this one.
     AllTodos(Option<String>),
+    /// Every item awaiting approval, oldest first, from after this one
+    /// (the scope keeps what the caller may decide on).
+    Inbox(Option<Awaiting>),
 }
 
 /// A snapshot read chunk by chunk: what is left to read.
@@ -427,6 +431,7 @@ impl Snapshot {
             // Never a watch target of a client.
             Topic::Principals => Vec::new(),
             Topic::All => vec![Work::AllSessions(None), Work::AllTodos(None)],
+            Topic::Inbox => vec![Work::Inbox(None)],
         };
         Snapshot { work: work.into() }
     }
@@ -499,6 +504,26 @@ impl Snapshot {
                     for s in page.sessions {
                         let chain = ops::ancestors(v, s.parent_session_id.as_deref())?;
                         out.session(v, &s, chain)?;
+                    }
+                }
+                Work::Inbox(after) => {
+                    let page = v.awaiting_after(after.as_ref(), SNAPSHOT_CHUNK)?;
+                    if page.len() == SNAPSHOT_CHUNK
+                        && let Some(last) = page.last()
+                    {
+                        self.work.push_front(Work::Inbox(Some(last.clone())));
+                    }
+                    for key in page {
+                        let (Some(s), Some(p)) =
+                            (v.session(&key.session_id)?, v.plan(&key.session_id)?)
+                        else {
+                            continue;
+                        };
+                        let chain = ops::ancestors(v, s.parent_session_id.as_deref())?;
+                        if let Some(item) = inbox::item_of(s, &p.plan.mode, key) {
+                            let e = Event::inbox(EventKind::InboxAdded, item, chain);
+                            out.push(Delivered::single(p.revision, e));
+                        }
                     }
                 }
                 Work::AllTodos(after) => {
