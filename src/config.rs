@@ -107,7 +107,10 @@ pub enum Command {
         cmd: cairn_client::hook::HookCmd,
     },
     /// What awaits your approval across every tree, oldest first.
+    /// On a terminal, a live list you approve or reject from by number.
     Inbox {
+        #[command(flatten)]
+        args: cairn_client::cli::InboxArgs,
         #[command(flatten)]
         client: cairn_client::cli::ClientArgs,
     },

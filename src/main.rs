@@ -70,7 +70,7 @@ async fn run(cli: Cli, traced: bool) -> ExitCode {
         }
         Command::Watch { args, client } => finish(cairn_client::cli::watch(&client, args).await),
         Command::Wait { args, client } => finish(cairn_client::cli::wait(&client, args).await),
-        Command::Inbox { client } => finish(cairn_client::cli::inbox(&client).await),
+        Command::Inbox { args, client } => finish(cairn_client::cli::inbox(&client, args).await),
         Command::Hook { cmd } => match cairn_client::hook::run(cmd).await {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {

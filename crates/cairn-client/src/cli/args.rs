@@ -144,6 +144,15 @@ pub struct WatchArgs {
     pub from_revision: Option<u64>,
 }
 
+/// `cairn inbox` flags.
+#[derive(Debug, Clone, clap::Args)]
+pub struct InboxArgs {
+    /// Print the inbox once and exit (the default when not on a terminal,
+    /// and with `--output json`).
+    #[arg(long)]
+    pub once: bool,
+}
+
 /// `cairn wait` flags.
 #[derive(Debug, Clone, clap::Args)]
 pub struct WaitArgs {

@@ -395,37 +395,6 @@ pub async fn todo(client: &ClientArgs, cmd: TodoCmd) -> CliResult {
     Ok(())
 }
 
-/// `cairn inbox`: everything awaiting the caller's approval, oldest first
-/// (every page of it).
-pub async fn inbox(client: &ClientArgs) -> CliResult {
-    let mut plans = pb::plan_service_client::PlanServiceClient::new(client.server.connect().await?);
-    let mut items = Vec::new();
-    let mut page_token = String::new();
-    let revision = loop {
-        let page = plans
-            .list_inbox(pb::ListInboxRequest {
-                page_size: 500,
-                page_token,
-            })
-            .await?
-            .into_inner();
-        items.extend(page.items);
-        if page.next_page_token.is_empty() {
-            break page.revision;
-        }
-        page_token = page.next_page_token;
-    };
-    let now = view::now_micros();
-    match client.output {
-        Output::Json => emit_json(&json!({
-            "items": items.iter().map(|i| view::inbox_item_json(i, now)).collect::<Vec<_>>(),
-            "revision": revision,
-        })),
-        Output::Text => emit(&render::inbox(&items, now)),
-    }
-    Ok(())
-}
-
 /// `cairn wait`
 pub async fn wait(client: &ClientArgs, args: WaitArgs) -> CliResult {
     let mut watch =

@@ -35,9 +35,21 @@ pub fn printable(text: &str) -> Cow<'_, str> {
     )
 }
 
+/// The inbox as a numbered table, oldest first, with how to decide
+/// (`cairn inbox` printed once).
+pub fn inbox(items: &[pb::InboxItem], now: i64) -> String {
+    let mut out = inbox_table(items, now);
+    if !items.is_empty() {
+        out.push_str(
+            "\nDecide on a plan with `cairn plan approve SESSION` or `cairn plan reject SESSION --reason …`;\non a modification with the ApproveModification or RejectModification RPC.\n",
+        );
+    }
+    out
+}
+
 /// The inbox as a numbered table, oldest first: how long each item has
 /// waited at `now` (micros), its session and agent, and what it asks.
-pub fn inbox(items: &[pb::InboxItem], now: i64) -> String {
+pub fn inbox_table(items: &[pb::InboxItem], now: i64) -> String {
     if items.is_empty() {
         return "Nothing awaits your approval.\n".into();
     }
@@ -63,9 +75,6 @@ pub fn inbox(items: &[pb::InboxItem], now: i64) -> String {
             let _ = writeln!(out, "    {:>7}  goal: {}", "", printable(&i.goal));
         }
     }
-    out.push_str(
-        "\nDecide on a plan with `cairn plan approve SESSION` or `cairn plan reject SESSION --reason …`;\non a modification with the ApproveModification or RejectModification RPC.\n",
-    );
     out
 }
 
