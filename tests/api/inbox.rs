@@ -391,6 +391,18 @@ async fn each_approver_sees_what_it_may_approve_oldest_first() {
     // Resumed from the log after the snapshot: the same, again.
     let mut resumed = watch_inbox(&mut north, Some(synced + 1)).await;
     assert_eq!(inbox_events(&mut resumed, Some(4)).await.0, want_live);
+    // An admin decides on anything but its own submissions, listed or
+    // watched.
+    awaiting(&mut admin, "c", "c:own").await;
+    assert!(
+        inbox(&mut admin, 50)
+            .await
+            .iter()
+            .all(|(s, _)| s != "c:own")
+    );
+    let mut admin_live = watch_inbox(&mut admin, None).await;
+    let (snapshot, _) = inbox_events(&mut admin_live, None).await;
+    assert!(!snapshot.is_empty() && snapshot.iter().all(|(_, s, _)| s != "c:own"));
     // The index holds what waits and nothing decided or deleted: read
     // from the store itself once the server is down.
     let mut server = server;
@@ -407,7 +419,8 @@ async fn each_approver_sees_what_it_may_approve_oldest_first() {
             ("c:1", cairn_core::inbox::Awaited::Plan),
             ("a:3", cairn_core::inbox::Awaited::Plan),
             ("c:2", cairn_core::inbox::Awaited::Plan),
-            ("b:2", cairn_core::inbox::Awaited::Plan)
+            ("b:2", cairn_core::inbox::Awaited::Plan),
+            ("c:own", cairn_core::inbox::Awaited::Plan)
         ]
     );
     store.close().await;

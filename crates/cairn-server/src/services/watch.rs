@@ -95,9 +95,10 @@ impl WatchApi {
             .authorize_watch(&who.caller, &target)
             .await?;
         watch::check_start(&self.state.store, start).await?;
+        let scope = watch::Scope::on(&who.caller, &target);
         let inner = watch::scoped(
             watch::watch(self.state.store.clone(), target, start, interval),
-            watch::Scope::of(&who.caller),
+            scope,
         );
         let auth = std::sync::Arc::clone(&self.state.auth);
         // A stream ends once its principal is deleted or its token rotated.

@@ -11,6 +11,7 @@
 
 use cairn_core::access::{self, Action, Caller, SessionFacts};
 use cairn_core::error::Result;
+use cairn_store::hub::Topic;
 use cairn_store::records::{Event, EventKind, EventObject};
 use tokio_stream::{Stream, StreamExt};
 
@@ -24,6 +25,18 @@ pub struct Scope {
 }
 
 impl Scope {
+    /// The scope of `caller` on `topic`, if it can hide anything: on the
+    /// inbox, every principal's (an admin too decides on nothing it
+    /// submitted itself).
+    pub fn on(caller: &Caller, topic: &Topic) -> Option<Scope> {
+        match (caller, topic) {
+            (Caller::Principal(_), Topic::Inbox) => Some(Scope {
+                caller: caller.clone(),
+            }),
+            _ => Scope::of(caller),
+        }
+    }
+
     /// The scope of `caller`, if it can hide anything.
     pub fn of(caller: &Caller) -> Option<Scope> {
         match caller {
