@@ -421,7 +421,7 @@ pub fn modification(m: Modification) -> pb::PlanModification {
 }
 
 /// An inbox item for the API.
-pub fn inbox_item(i: cairn_store::inbox::InboxItem) -> pb::InboxItem {
+pub fn inbox_item(i: cairn_store::records::InboxItem) -> pb::InboxItem {
     let kind = match i.key.item {
         Awaited::Plan => pb::InboxItemKind::Plan,
         Awaited::Modification(_) => pb::InboxItemKind::Modification,

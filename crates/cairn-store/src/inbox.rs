@@ -9,13 +9,10 @@
 
 use cairn_core::access::{self, Action, Caller, Role, SessionFacts};
 use cairn_core::error::Result;
-use cairn_core::inbox::{Awaited, Awaiting};
-use cairn_core::plan_mode::{Modification, PlanModeState};
-use cairn_core::session::Session;
-
-use serde::{Deserialize, Serialize};
+use cairn_core::inbox::Awaiting;
 
 use crate::ops;
+use crate::records::InboxItem;
 use crate::store::Store;
 
 /// Index entries one page looks at, at most: an approver of one small tree
@@ -25,23 +22,6 @@ const EXAMINED_PER_PAGE: usize = 4_096;
 
 /// Index entries read at once.
 const BATCH: usize = 256;
-
-/// One item awaiting approval (also what an inbox event carries).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct InboxItem {
-    pub key: Awaiting,
-    pub session: Session,
-    /// The plan-mode goal of the session.
-    pub goal: String,
-    /// The pending plan's id, or the active plan's for a modification.
-    pub plan_id: String,
-    /// The pending plan's summary.
-    pub summary: String,
-    /// The modification asked for, for a modification.
-    pub modification: Option<Modification>,
-    /// Who submitted it.
-    pub submitted_by: String,
-}
 
 /// A page of the inbox.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -116,55 +96,11 @@ fn visible(v: &dyn crate::ReadTxn, caller: &Caller, key: Awaiting) -> Result<Opt
             return Ok(None);
         }
     }
-    let Some(item) = item_of(session, &record.plan.mode, key) else {
+    let Some(item) = InboxItem::of(session, &record.plan.mode, key) else {
         return Ok(None);
     };
-    if submitted_by(caller, &item.submitted_by) {
+    if item.is_own(caller) {
         return Ok(None);
     }
     Ok(Some(item))
-}
-
-/// Whether `caller` is the principal that submitted an item (no principal
-/// decides on its own submission, so it is no item of its inbox).
-pub fn submitted_by(caller: &Caller, submitter: &str) -> bool {
-    matches!(caller, Caller::Principal(p) if !submitter.is_empty() && submitter == p.principal_id)
-}
-
-/// The item `key` names in a session's plan-mode state, if it still waits.
-pub fn item_of(session: Session, mode: &PlanModeState, key: Awaiting) -> Option<InboxItem> {
-    let (plan_id, summary, modification, submitted_by) = match key.item {
-        Awaited::Plan => {
-            let p = mode.pending.as_ref()?;
-            (
-                p.plan_id.clone(),
-                p.plan.summary.clone(),
-                None,
-                p.submitted_by.clone(),
-            )
-        }
-        Awaited::Modification(id) => {
-            let m = mode.modifications.iter().find(|m| m.id == id)?;
-            let plan_id = mode
-                .active
-                .as_ref()
-                .map(|a| a.plan_id.clone())
-                .unwrap_or_default();
-            (
-                plan_id,
-                String::new(),
-                Some(m.clone()),
-                m.submitted_by.clone(),
-            )
-        }
-    };
-    Some(InboxItem {
-        key,
-        goal: mode.goal.clone(),
-        session,
-        plan_id,
-        summary,
-        modification,
-        submitted_by,
-    })
 }

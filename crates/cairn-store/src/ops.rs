@@ -23,7 +23,7 @@ use cairn_core::todo::{self, TodoInput};
 use cairn_core::{Limits, SessionPlan, check_expected_revision};
 
 use crate::records::{
-    Event, EventKind, EventObject, PlanRecord, PrincipalRecord, SessionPage, TodoRecord,
+    Event, EventKind, EventObject, InboxItem, PlanRecord, PrincipalRecord, SessionPage, TodoRecord,
 };
 use crate::seam::{Ctx, ReadTxn};
 
@@ -515,11 +515,11 @@ fn waits_changed(
     let id = &session.session_id;
     let (gone, new) = inbox::changes(&before.awaiting(id), &after.awaiting(id));
     let removed = gone.into_iter().filter_map(|k| {
-        crate::inbox::item_of(session.clone(), before, k)
+        InboxItem::of(session.clone(), before, k)
             .map(|i| Event::inbox(EventKind::InboxRemoved, i, chain.to_vec()))
     });
     let added = new.into_iter().filter_map(|k| {
-        crate::inbox::item_of(session.clone(), after, k)
+        InboxItem::of(session.clone(), after, k)
             .map(|i| Event::inbox(EventKind::InboxAdded, i, chain.to_vec()))
     });
     removed.chain(added).collect()

@@ -6,7 +6,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use cairn_core::access::Principal;
+use cairn_core::access::{Caller, Principal};
+use cairn_core::inbox::{Awaited, Awaiting};
+use cairn_core::plan_mode::{Modification, PlanModeState};
 use cairn_core::session::Session;
 use cairn_core::todo::TodoItem;
 use cairn_core::{Micros, SessionPlan};
@@ -50,6 +52,71 @@ pub struct PrincipalRecord {
     pub revision: u64,
 }
 
+/// One item awaiting approval: what `ListInbox` lists and an inbox event
+/// carries.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InboxItem {
+    pub key: Awaiting,
+    pub session: Session,
+    /// The plan-mode goal of the session.
+    pub goal: String,
+    /// The pending plan's id, or the active plan's for a modification.
+    pub plan_id: String,
+    /// The pending plan's summary.
+    pub summary: String,
+    /// The modification asked for, for a modification.
+    pub modification: Option<Modification>,
+    /// Who submitted it.
+    pub submitted_by: String,
+}
+
+impl InboxItem {
+    /// The item `key` names in a session's plan-mode state, if it still
+    /// waits.
+    pub fn of(session: Session, mode: &PlanModeState, key: Awaiting) -> Option<InboxItem> {
+        let (plan_id, summary, modification, submitted_by) = match key.item {
+            Awaited::Plan => {
+                let p = mode.pending.as_ref()?;
+                (
+                    p.plan_id.clone(),
+                    p.plan.summary.clone(),
+                    None,
+                    p.submitted_by.clone(),
+                )
+            }
+            Awaited::Modification(id) => {
+                let m = mode.modifications.iter().find(|m| m.id == id)?;
+                let plan_id = mode
+                    .active
+                    .as_ref()
+                    .map(|a| a.plan_id.clone())
+                    .unwrap_or_default();
+                (
+                    plan_id,
+                    String::new(),
+                    Some(m.clone()),
+                    m.submitted_by.clone(),
+                )
+            }
+        };
+        Some(InboxItem {
+            key,
+            goal: mode.goal.clone(),
+            session,
+            plan_id,
+            summary,
+            modification,
+            submitted_by,
+        })
+    }
+
+    /// Whether `caller` is the principal that submitted it: no principal
+    /// decides on its own submission, so it is no item of its inbox.
+    pub fn is_own(&self, caller: &Caller) -> bool {
+        matches!(caller, Caller::Principal(p) if !self.submitted_by.is_empty() && self.submitted_by == p.principal_id)
+    }
+}
+
 /// Kind of change, as watchers see it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -89,7 +156,7 @@ pub enum EventObject {
     /// The id of the principal that changed (nothing secret).
     Principal(String),
     /// An item of the inbox (boxed: it holds its session).
-    Inbox(Box<crate::inbox::InboxItem>),
+    Inbox(Box<InboxItem>),
 }
 
 /// One change within a committed revision.
@@ -163,7 +230,7 @@ impl Event {
     }
 
     /// An item starting (`InboxAdded`) or ending (`InboxRemoved`) a wait.
-    pub fn inbox(kind: EventKind, item: crate::inbox::InboxItem, ancestors: Vec<String>) -> Self {
+    pub fn inbox(kind: EventKind, item: InboxItem, ancestors: Vec<String>) -> Self {
         Event {
             kind,
             session_id: item.session.session_id.clone(),

@@ -69,7 +69,7 @@ impl Scope {
             ancestors: &e.ancestors,
         };
         (access::check_session(&self.caller, Action::Approve, &facts).is_ok()
-            && !cairn_store::inbox::submitted_by(&self.caller, &item.submitted_by))
+            && !item.is_own(&self.caller))
         .then(|| e.clone())
     }
 

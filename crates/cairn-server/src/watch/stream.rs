@@ -28,8 +28,8 @@ use cairn_core::error::{Error, Result};
 use cairn_core::inbox::Awaiting;
 use cairn_core::session::Session;
 use cairn_store::hub::{Next, Topic};
-use cairn_store::records::{Event, EventKind};
-use cairn_store::{ReadTxn, Store, inbox, ops};
+use cairn_store::records::{Event, EventKind, InboxItem};
+use cairn_store::{ReadTxn, Store, ops};
 use tokio_stream::{Stream, StreamExt};
 
 /// Revisions read from the log per catch-up step.
@@ -520,7 +520,7 @@ impl Snapshot {
                             continue;
                         };
                         let chain = ops::ancestors(v, s.parent_session_id.as_deref())?;
-                        if let Some(item) = inbox::item_of(s, &p.plan.mode, key) {
+                        if let Some(item) = InboxItem::of(s, &p.plan.mode, key) {
                             let e = Event::inbox(EventKind::InboxAdded, item, chain);
                             out.push(Delivered::single(p.revision, e));
                         }
