@@ -420,6 +420,16 @@ pub fn modification(m: Modification) -> pb::PlanModification {
     }
 }
 
+/// A request's `page_size`: 0 is `default`, more than `max` is `max`, and a
+/// negative one is refused.
+pub fn page_size(page_size: i32, default: usize, max: usize) -> Result<usize> {
+    match usize::try_from(page_size) {
+        Ok(0) => Ok(default),
+        Ok(n) => Ok(n.min(max)),
+        Err(_) => Err(Error::invalid("page_size", "must not be negative")),
+    }
+}
+
 /// An inbox item for the API.
 pub fn inbox_item(i: cairn_store::records::InboxItem) -> pb::InboxItem {
     let kind = match i.key.item {

@@ -4,7 +4,7 @@ use cairn_api as pb;
 use cairn_api::auth_service_server::AuthService;
 use cairn_core::access::{Caller, Principal, Role};
 use cairn_core::command::{Command, PrincipalCommand};
-use cairn_core::error::{Error, Excerpt, Result};
+use cairn_core::error::{Excerpt, Result};
 use cairn_store::records::PrincipalRecord;
 use tracing::instrument;
 
@@ -68,11 +68,7 @@ impl AuthApi {
             page_size,
             page_token,
         } = req;
-        let limit = match usize::try_from(page_size) {
-            Ok(0) => DEFAULT_PAGE,
-            Ok(n) => n.min(MAX_PAGE),
-            Err(_) => return Err(Error::invalid("page_size", "must not be negative")),
-        };
+        let limit = convert::page_size(page_size, DEFAULT_PAGE, MAX_PAGE)?;
         let after = (!page_token.is_empty()).then_some(page_token);
         let (mut page, revision) = self
             .state

@@ -199,11 +199,7 @@ impl PlanApi {
             page_size,
             page_token,
         } = req;
-        let limit = match usize::try_from(page_size) {
-            Ok(0) => DEFAULT_HISTORY_PAGE,
-            Ok(n) => n.min(MAX_HISTORY_PAGE),
-            Err(_) => return Err(Error::invalid("page_size", "must not be negative")),
-        };
+        let limit = convert::page_size(page_size, DEFAULT_HISTORY_PAGE, MAX_HISTORY_PAGE)?;
         let from = if page_token.is_empty() {
             0
         } else {
@@ -236,11 +232,7 @@ impl PlanApi {
             page_size,
             page_token,
         } = req;
-        let limit = match usize::try_from(page_size) {
-            Ok(0) => DEFAULT_INBOX_PAGE,
-            Ok(n) => n.min(MAX_INBOX_PAGE),
-            Err(_) => return Err(Error::invalid("page_size", "must not be negative")),
-        };
+        let limit = convert::page_size(page_size, DEFAULT_INBOX_PAGE, MAX_INBOX_PAGE)?;
         let after = if page_token.is_empty() {
             None
         } else {

@@ -9,7 +9,7 @@ use crate::convert;
 use cairn_api as pb;
 use cairn_api::session_service_server::SessionService;
 use cairn_core::command::{Command, SessionCommand};
-use cairn_core::error::{Error, Excerpt, Result};
+use cairn_core::error::{Excerpt, Result};
 use cairn_core::session::Session;
 use cairn_store::liveness::KeepAlive;
 use cairn_store::reads::SessionQuery;
@@ -94,11 +94,7 @@ impl SessionApi {
             parent_session_id,
             agent_id,
         } = req;
-        let limit = match usize::try_from(page_size) {
-            Ok(0) => DEFAULT_PAGE,
-            Ok(n) => n.min(MAX_PAGE),
-            Err(_) => return Err(Error::invalid("page_size", "must not be negative")),
-        };
+        let limit = convert::page_size(page_size, DEFAULT_PAGE, MAX_PAGE)?;
         // The token is the last id of the previous page; ids are already
         // URL-safe, so it needs no further encoding.
         let given = |s: String| (!s.is_empty()).then_some(s);
