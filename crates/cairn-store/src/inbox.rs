@@ -79,27 +79,32 @@ impl Store {
     }
 }
 
-/// The item `key` names, if `caller` may decide on it.
-fn visible(v: &dyn crate::ReadTxn, caller: &Caller, key: Awaiting) -> Result<Option<InboxItem>> {
+/// The item `key` names, with its session's ancestors and its plan's
+/// revision, if it still waits (what both this inbox and an inbox watch's
+/// initial state read).
+pub fn read(
+    v: &dyn crate::ReadTxn,
+    key: Awaiting,
+) -> Result<Option<(InboxItem, Vec<String>, u64)>> {
     let (Some(session), Some(record)) = (v.session(&key.session_id)?, v.plan(&key.session_id)?)
     else {
         return Ok(None);
     };
-    if let Caller::Principal(_) = caller {
-        let chain = ops::ancestors(v, session.parent_session_id.as_deref())?;
-        let facts = SessionFacts {
-            session_id: &session.session_id,
-            agent_id: &session.agent_id,
-            ancestors: &chain,
-        };
-        if access::check_session(caller, Action::Approve, &facts).is_err() {
-            return Ok(None);
-        }
-    }
-    let Some(item) = InboxItem::of(session, &record.plan.mode, key) else {
+    let chain = ops::ancestors(v, session.parent_session_id.as_deref())?;
+    Ok(InboxItem::of(session, &record.plan.mode, key).map(|i| (i, chain, record.revision)))
+}
+
+/// The item `key` names, if `caller` may decide on it.
+fn visible(v: &dyn crate::ReadTxn, caller: &Caller, key: Awaiting) -> Result<Option<InboxItem>> {
+    let Some((item, chain, _)) = read(v, key)? else {
         return Ok(None);
     };
-    if item.is_own(caller) {
+    let facts = SessionFacts {
+        session_id: &item.session.session_id,
+        agent_id: &item.session.agent_id,
+        ancestors: &chain,
+    };
+    if access::check_session(caller, Action::Approve, &facts).is_err() || item.is_own(caller) {
         return Ok(None);
     }
     Ok(Some(item))

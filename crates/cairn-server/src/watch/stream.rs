@@ -28,8 +28,8 @@ use cairn_core::error::{Error, Result};
 use cairn_core::inbox::Awaiting;
 use cairn_core::session::Session;
 use cairn_store::hub::{Next, Topic};
-use cairn_store::records::{Event, EventKind, InboxItem};
-use cairn_store::{ReadTxn, Store, ops};
+use cairn_store::records::{Event, EventKind};
+use cairn_store::{ReadTxn, Store, inbox, ops};
 use tokio_stream::{Stream, StreamExt};
 
 /// Revisions read from the log per catch-up step.
@@ -514,15 +514,9 @@ impl Snapshot {
                         self.work.push_front(Work::Inbox(Some(last.clone())));
                     }
                     for key in page {
-                        let (Some(s), Some(p)) =
-                            (v.session(&key.session_id)?, v.plan(&key.session_id)?)
-                        else {
-                            continue;
-                        };
-                        let chain = ops::ancestors(v, s.parent_session_id.as_deref())?;
-                        if let Some(item) = InboxItem::of(s, &p.plan.mode, key) {
+                        if let Some((item, chain, revision)) = inbox::read(v, key)? {
                             let e = Event::inbox(EventKind::InboxAdded, item, chain);
-                            out.push(Delivered::single(p.revision, e));
+                            out.push(Delivered::single(revision, e));
                         }
                     }
                 }
