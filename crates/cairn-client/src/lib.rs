@@ -8,7 +8,8 @@
 //!   through their own hooks;
 //! - [`conn`]: reaching the server: TLS, the bearer token, deadlines;
 //! - [`view`]: what both share: names of statuses and enums and their
-//!   parsing, the JSON shapes agents write and read, timestamps, progress.
+//!   parsing, the JSON shapes agents write and read, timestamps, progress,
+//!   and the one call that decides on an approval.
 //!
 //! It speaks only the API: it must never import the store or the server.
 

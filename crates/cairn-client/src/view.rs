@@ -158,6 +158,63 @@ fn unknown(field: &str, value: &str, known: &str) -> String {
     format!("{field}: {value:?} is not one of {known}")
 }
 
+/// A decision on an item awaiting approval.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// Approve, recording this approver (ignored with authentication on:
+    /// the server records the caller).
+    Approve { approver: String },
+    /// Reject, telling the agent why (a plan; a modification's rejection
+    /// carries no reason).
+    Reject { reason: String },
+}
+
+/// Decides on the plan awaiting approval in `session_id`, or with
+/// `modification_id` on that modification: the `cairn inbox` list and the
+/// MCP `inbox_decide` tool both go through here. The plan status after it.
+pub async fn decide(
+    plans: &mut pb::plan_service_client::PlanServiceClient<crate::conn::Api>,
+    session_id: String,
+    modification_id: Option<u32>,
+    verdict: Verdict,
+) -> Result<Option<pb::PlanStatus>, tonic::Status> {
+    let expected_revision = None;
+    match (modification_id, verdict) {
+        (None, Verdict::Approve { approver }) => plans
+            .approve_plan(pb::ApprovePlanRequest {
+                session_id,
+                approver,
+                expected_revision,
+            })
+            .await
+            .map(|r| r.into_inner().status),
+        (None, Verdict::Reject { reason }) => plans
+            .reject_plan(pb::RejectPlanRequest {
+                session_id,
+                reason,
+                expected_revision,
+            })
+            .await
+            .map(|r| r.into_inner().status),
+        (Some(modification_id), Verdict::Approve { .. }) => plans
+            .approve_modification(pb::ApproveModificationRequest {
+                session_id,
+                modification_id,
+                expected_revision,
+            })
+            .await
+            .map(|r| r.into_inner().status),
+        (Some(modification_id), Verdict::Reject { .. }) => plans
+            .reject_modification(pb::RejectModificationRequest {
+                session_id,
+                modification_id,
+                expected_revision,
+            })
+            .await
+            .map(|r| r.into_inner().status),
+    }
+}
+
 /// Now, in microseconds since the epoch (the client's clock).
 pub fn now_micros() -> i64 {
     std::time::SystemTime::now()

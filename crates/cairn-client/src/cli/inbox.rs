@@ -186,47 +186,21 @@ async fn decide(plans: &mut Plans, items: &BTreeMap<Key, pb::InboxItem>, typed: 
         return format!("there is no item {n}");
     };
     let session_id = item.session_id.clone();
-    let done = match (&item.modification, reason) {
-        (None, None) => plans
-            .approve_plan(pb::ApprovePlanRequest {
-                session_id: session_id.clone(),
-                approver: std::env::var("USER").unwrap_or_else(|_| "cli".into()),
-                expected_revision: None,
-            })
-            .await
-            .map(drop),
-        (None, Some(reason)) => plans
-            .reject_plan(pb::RejectPlanRequest {
-                session_id: session_id.clone(),
-                reason,
-                expected_revision: None,
-            })
-            .await
-            .map(drop),
-        (Some(m), None) => plans
-            .approve_modification(pb::ApproveModificationRequest {
-                session_id: session_id.clone(),
-                modification_id: m.modification_id,
-                expected_revision: None,
-            })
-            .await
-            .map(drop),
-        (Some(m), Some(_)) => plans
-            .reject_modification(pb::RejectModificationRequest {
-                session_id: session_id.clone(),
-                modification_id: m.modification_id,
-                expected_revision: None,
-            })
-            .await
-            .map(drop),
+    let verdict = match reason {
+        None => view::Verdict::Approve {
+            approver: std::env::var("USER").unwrap_or_else(|_| "cli".into()),
+        },
+        Some(reason) => view::Verdict::Reject { reason },
     };
+    let modification_id = item.modification.as_ref().map(|m| m.modification_id);
+    let done = view::decide(plans, session_id.clone(), modification_id, verdict).await;
     let verb = if matches!(typed, Typed::Approve(_)) {
         "approved"
     } else {
         "rejected"
     };
     match done {
-        Ok(()) => format!("{verb} {n} ({})", render::printable(&session_id)),
+        Ok(_) => format!("{verb} {n} ({})", render::printable(&session_id)),
         Err(e) => format!("{n}: {}", render::printable(e.message())),
     }
 }

@@ -675,9 +675,13 @@ impl CairnTools {
         &self,
         Parameters(args): Parameters<InboxDecideArgs>,
     ) -> Result<CallToolResult, McpError> {
-        let approve = match args.decision.as_str() {
-            "approve" => true,
-            "reject" => false,
+        let verdict = match args.decision.as_str() {
+            "approve" => view::Verdict::Approve {
+                approver: self.args.agent_id.clone(),
+            },
+            "reject" => view::Verdict::Reject {
+                reason: args.reason.unwrap_or_default(),
+            },
             other => {
                 return tool_error(&tonic::Status::invalid_argument(format!(
                     "decision: {:?} is not one of approve or reject",
@@ -685,43 +689,13 @@ impl CairnTools {
                 )));
             }
         };
-        let session_id = args.session_id;
-        let reason = args.reason.unwrap_or_default();
-        let mut plans = self.plans();
-        let status = match (args.modification_id, approve) {
-            (None, true) => plans
-                .approve_plan(pb::ApprovePlanRequest {
-                    session_id,
-                    approver: self.args.agent_id.clone(),
-                    expected_revision: None,
-                })
-                .await
-                .map(|r| r.into_inner().status),
-            (None, false) => plans
-                .reject_plan(pb::RejectPlanRequest {
-                    session_id,
-                    reason,
-                    expected_revision: None,
-                })
-                .await
-                .map(|r| r.into_inner().status),
-            (Some(modification_id), true) => plans
-                .approve_modification(pb::ApproveModificationRequest {
-                    session_id,
-                    modification_id,
-                    expected_revision: None,
-                })
-                .await
-                .map(|r| r.into_inner().status),
-            (Some(modification_id), false) => plans
-                .reject_modification(pb::RejectModificationRequest {
-                    session_id,
-                    modification_id,
-                    expected_revision: None,
-                })
-                .await
-                .map(|r| r.into_inner().status),
-        };
+        let status = view::decide(
+            &mut self.plans(),
+            args.session_id,
+            args.modification_id,
+            verdict,
+        )
+        .await;
         self.status_reply(status)
     }
 
