@@ -77,22 +77,22 @@ impl Awaiting {
 impl PlanModeState {
     /// What of this session awaits approval, with when it started waiting.
     pub fn awaiting(&self, session_id: &str) -> Vec<Awaiting> {
-        let mut out = Vec::with_capacity(1 + self.modifications.len());
-        if let Some(p) = &self.pending {
-            out.push(Awaiting {
-                since: p.submit_time,
-                session_id: session_id.to_owned(),
-                item: Awaited::Plan,
-            });
-        }
-        for m in &self.modifications {
-            out.push(Awaiting {
-                since: m.create_time,
-                session_id: session_id.to_owned(),
-                item: Awaited::Modification(m.id),
-            });
-        }
-        out
+        // Collected, not pre-sized: every plan write asks this twice, and
+        // most plans await nothing, which then allocates nothing.
+        let key = |since, item| Awaiting {
+            since,
+            session_id: session_id.to_owned(),
+            item,
+        };
+        let plan = self
+            .pending
+            .iter()
+            .map(|p| key(p.submit_time, Awaited::Plan));
+        let modifications = self
+            .modifications
+            .iter()
+            .map(|m| key(m.create_time, Awaited::Modification(m.id)));
+        plan.chain(modifications).collect()
     }
 }
 
