@@ -19,7 +19,7 @@ use cairn_api::session_service_client::SessionServiceClient;
 use cairn_api::todo_service_client::TodoServiceClient;
 use cairn_api::watch_service_client::WatchServiceClient;
 use cairn_server::auth::AuthMode;
-use cairn_testkit::{Authed, Bearer, TestServer, five_steps, todo, update};
+use cairn_testkit::{Authed, Bearer, TestServer, five_steps, todo, two_steps, update};
 use tonic::Code;
 use tonic::transport::Channel;
 use tonic_types::StatusExt;
@@ -182,26 +182,6 @@ impl World {
     }
 }
 
-fn implementation_plan() -> pb::ImplementationPlan {
-    pb::ImplementationPlan {
-        summary: "a plan".into(),
-        steps: vec![
-            pb::ImplementationStep {
-                id: 1,
-                description: "one".into(),
-                ..Default::default()
-            },
-            pb::ImplementationStep {
-                id: 2,
-                description: "two".into(),
-                depends_on: vec![1],
-                ..Default::default()
-            },
-        ],
-        ..Default::default()
-    }
-}
-
 /// What state an RPC needs its session in.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Needs {
@@ -269,7 +249,7 @@ async fn prepare(
         .plans
         .exit_plan_mode(pb::ExitPlanModeRequest {
             session_id: session.into(),
-            plan: Some(implementation_plan()),
+            plan: Some(two_steps("a plan")),
             expected_revision: None,
         })
         .await
@@ -415,7 +395,7 @@ async fn call(
             who.plans
                 .exit_plan_mode(pb::ExitPlanModeRequest {
                     session_id: s,
-                    plan: Some(implementation_plan()),
+                    plan: Some(two_steps("a plan")),
                     expected_revision: None,
                 })
                 .await
@@ -797,7 +777,7 @@ async fn an_approver_never_approves_its_own_plan_and_the_approver_recorded_is_th
     both.plans
         .exit_plan_mode(pb::ExitPlanModeRequest {
             session_id: "in".into(),
-            plan: Some(implementation_plan()),
+            plan: Some(two_steps("a plan")),
             expected_revision: None,
         })
         .await

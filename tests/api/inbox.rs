@@ -9,7 +9,7 @@ use cairn_api::session_service_client::SessionServiceClient;
 use cairn_api::watch_response::Kind;
 use cairn_api::watch_service_client::WatchServiceClient;
 use cairn_server::auth::AuthMode;
-use cairn_testkit::{Authed, Bearer, TestServer, five_steps, update};
+use cairn_testkit::{Authed, Bearer, TestServer, five_steps, two_steps, update};
 use tonic::Code;
 use tonic::transport::Channel;
 
@@ -81,26 +81,6 @@ fn seen(list: &[(bool, &str, pb::InboxItemKind)]) -> Vec<Seen> {
         .collect()
 }
 
-fn plan() -> pb::ImplementationPlan {
-    pb::ImplementationPlan {
-        summary: "Add the login API".into(),
-        steps: vec![
-            pb::ImplementationStep {
-                id: 1,
-                description: "Schema".into(),
-                ..Default::default()
-            },
-            pb::ImplementationStep {
-                id: 2,
-                description: "Handler".into(),
-                depends_on: vec![1],
-                ..Default::default()
-            },
-        ],
-        ..Default::default()
-    }
-}
-
 /// `session` under `root`, its plan submitted for approval by `by`.
 async fn awaiting(by: &mut Who, root: &str, session: &str) {
     by.sessions
@@ -129,7 +109,7 @@ async fn awaiting(by: &mut Who, root: &str, session: &str) {
     by.plans
         .exit_plan_mode(pb::ExitPlanModeRequest {
             session_id: session.into(),
-            plan: Some(plan()),
+            plan: Some(two_steps("Add the login API")),
             expected_revision: None,
         })
         .await

@@ -122,15 +122,7 @@ async fn a_silent_agent_stalls_then_is_lost_and_wait_names_it() {
     // The orchestrator waits on its tree; the agent says nothing more.
     let started = Instant::now();
     let waited = w
-        .wait(pb::WaitRequest {
-            target: Some(pb::wait_request::Target::SessionTree("orch".into())),
-            condition: pb::WaitCondition::AllPlansCompleted.into(),
-            timeout: Some(prost_types::Duration {
-                seconds: 60,
-                nanos: 0,
-            }),
-            fail_fast: None,
-        })
+        .wait(cairn_testkit::wait_tree("orch", 60))
         .await
         .unwrap()
         .into_inner();

@@ -1105,18 +1105,10 @@ async fn a_killed_replica_s_agents_are_declared_lost_once_by_the_survivors() {
     let waiting = tokio::spawn({
         let mut w = WatchServiceClient::new(chan_c.clone());
         async move {
-            w.wait(pb::WaitRequest {
-                target: Some(pb::wait_request::Target::SessionTree("orch".into())),
-                condition: pb::WaitCondition::AllPlansCompleted.into(),
-                timeout: Some(prost_types::Duration {
-                    seconds: 60,
-                    nanos: 0,
-                }),
-                fail_fast: None,
-            })
-            .await
-            .unwrap()
-            .into_inner()
+            w.wait(cairn_testkit::wait_tree("orch", 60))
+                .await
+                .unwrap()
+                .into_inner()
         }
     });
     tokio::time::sleep(Duration::from_millis(300)).await;

@@ -54,3 +54,36 @@ pub fn todo(id: &str, status: pb::TodoStatus) -> pb::TodoItem {
         ..pb::TodoItem::default()
     }
 }
+
+/// A two-step implementation plan for `ExitPlanMode`: step 2 depends on
+/// step 1.
+pub fn two_steps(summary: &str) -> pb::ImplementationPlan {
+    pb::ImplementationPlan {
+        summary: summary.into(),
+        steps: vec![
+            pb::ImplementationStep {
+                id: 1,
+                description: "one".into(),
+                ..Default::default()
+            },
+            pb::ImplementationStep {
+                id: 2,
+                description: "two".into(),
+                depends_on: vec![1],
+                ..Default::default()
+            },
+        ],
+        ..Default::default()
+    }
+}
+
+/// `Wait` until every plan of the tree under `root` is complete, fail fast
+/// on a lost sub-agent, for at most `seconds`.
+pub fn wait_tree(root: &str, seconds: i64) -> pb::WaitRequest {
+    pb::WaitRequest {
+        target: Some(pb::wait_request::Target::SessionTree(root.into())),
+        condition: pb::WaitCondition::AllPlansCompleted.into(),
+        timeout: Some(prost_types::Duration { seconds, nanos: 0 }),
+        fail_fast: None,
+    }
+}
