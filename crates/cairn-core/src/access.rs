@@ -43,6 +43,19 @@ impl Role {
             Role::Viewer => "viewer",
         }
     }
+
+    /// The role a name (as [`Role::name`] spells it) names.
+    pub fn parse(name: &str) -> Option<Role> {
+        [
+            Role::Admin,
+            Role::Orchestrator,
+            Role::Agent,
+            Role::Approver,
+            Role::Viewer,
+        ]
+        .into_iter()
+        .find(|r| r.name() == name)
+    }
 }
 
 /// A caller the server knows.

@@ -13,7 +13,9 @@ use std::collections::BTreeMap;
 use crate::Limits;
 use crate::Micros;
 use crate::access::{self, Action, Caller, Principal};
+use crate::deadline::DeadlineRequest;
 use crate::error::Result;
+use crate::inbox::Awaited;
 use crate::liveness::Liveness;
 use crate::plan::{PlanUpdate, apply_update};
 use crate::plan_mode::{
@@ -58,6 +60,7 @@ pub enum PlanCommand {
     Exit {
         plan: ImplementationPlan,
         id_suffix: String,
+        deadline: Option<DeadlineRequest>,
     },
     /// `ApprovePlan`; `approver` is what the request names, recorded only
     /// with authentication off (otherwise the caller is the approver).
@@ -81,6 +84,10 @@ pub enum PlanCommand {
         modification_id: u32,
         decision: Decision,
     },
+    /// The server's own: the deadline `at` of `item` passed. Applied only
+    /// while the item still waits with that deadline, so of several
+    /// servers that see it pass, one applies it.
+    Deadline { item: Awaited, at: Micros },
 }
 
 /// An approver's answer.
@@ -107,7 +114,8 @@ impl PlanCommand {
         match self {
             PlanCommand::Approve { .. }
             | PlanCommand::Reject { .. }
-            | PlanCommand::DecideModification { .. } => Action::Approve,
+            | PlanCommand::DecideModification { .. }
+            | PlanCommand::Deadline { .. } => Action::Approve,
             PlanCommand::Update(_)
             | PlanCommand::Enter { .. }
             | PlanCommand::Exit { .. }
@@ -148,8 +156,10 @@ impl PlanCommand {
             PlanCommand::Exit {
                 plan: proposed,
                 id_suffix,
+                deadline,
             } => {
-                plan.exit(proposed.clone(), plan_id(now, id_suffix), by, now, limits)?;
+                let id = plan_id(now, id_suffix);
+                plan.exit(proposed.clone(), (id, by), deadline.as_ref(), now, limits)?;
                 changed(Vec::new())
             }
             PlanCommand::Approve { approver } => {
@@ -189,6 +199,10 @@ impl PlanCommand {
                     Decision::Reject => plan.reject_modification(*modification_id, &by)?,
                 }
                 changed(Vec::new())
+            }
+            PlanCommand::Deadline { item, at } => {
+                let (_, rejected) = plan.pass_deadline(*item, *at, now)?;
+                changed(rejected.into_iter().collect())
             }
         }
     }

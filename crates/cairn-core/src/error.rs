@@ -53,6 +53,12 @@ pub enum Error {
     #[error("No plan is awaiting approval")]
     NoPendingPlan,
 
+    /// A passed approval deadline was applied already, or the item's
+    /// deadline changed since it was seen: only the server's own deadline
+    /// commands meet this, and they drop it.
+    #[error("the approval deadline moved or was applied already")]
+    DeadlineMoved,
+
     /// A step or plan operation without an approved plan.
     #[error("No active plan. Submit a plan with plan_exit and get it approved first.")]
     NoActivePlan,
@@ -225,6 +231,7 @@ impl Error {
             | Error::PlanAwaitingApproval
             | Error::NotInPlanMode
             | Error::NoPendingPlan
+            | Error::DeadlineMoved
             | Error::NoActivePlan
             | Error::StepNotFound(_)
             | Error::StepAlreadyCompleted(_)

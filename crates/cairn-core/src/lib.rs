@@ -12,6 +12,8 @@
 //! - [`todo`]: the per-agent todo merge;
 //! - [`liveness`]: leases and the states a session's agent moves through;
 //! - [`access`]: who may do what: principals, roles, scopes;
+//! - [`deadline`]: approval deadlines and their WAIT, REJECT and ESCALATE
+//!   policies;
 //! - [`command`]: every write as a value, the one shape all writes take;
 //! - [`error`]: every way a request can fail, with the exact texts.
 //!
@@ -25,6 +27,7 @@
 
 pub mod access;
 pub mod command;
+pub mod deadline;
 pub mod duration;
 pub mod error;
 pub mod inbox;

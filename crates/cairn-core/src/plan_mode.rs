@@ -17,7 +17,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
+use crate::deadline::{Deadline, DeadlineRequest, Enforced};
 use crate::error::{Error, Result};
+use crate::inbox::Awaited;
 use crate::limits::Limits;
 use crate::plan::{Checklist, PlanItem, PlanSource, StepStatus};
 use crate::time::{Micros, civil_from_days};
@@ -86,6 +88,9 @@ pub struct PendingPlan {
     /// The principal that submitted it (empty with authentication off),
     /// who may not approve it.
     pub submitted_by: String,
+    /// What happens if nobody decides in time.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub deadline: Option<Deadline>,
 }
 
 /// Record of one completed step.
@@ -106,6 +111,8 @@ pub struct ModificationRequest {
     /// Empty keeps the step's files.
     pub new_files: Vec<String>,
     pub new_verification: Option<String>,
+    /// What happens if nobody decides in time.
+    pub deadline: Option<DeadlineRequest>,
 }
 
 /// A proposed (or, in history, applied) change to an active plan's step.
@@ -123,6 +130,9 @@ pub struct Modification {
     /// The principal that requested it (empty with authentication off),
     /// who may not approve it.
     pub submitted_by: String,
+    /// What happens if nobody decides in time (dropped once applied).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub deadline: Option<Deadline>,
 }
 
 /// The approved plan being executed.
@@ -244,6 +254,17 @@ pub fn plan_id(now: Micros, suffix: &str) -> String {
     let days = now.div_euclid(86_400_000_000);
     let (y, m, d) = civil_from_days(days);
     format!("plan_{y:04}-{m:02}-{d:02}_{suffix}")
+}
+
+/// The deadline a request sets, checked.
+fn arm(
+    request: Option<&DeadlineRequest>,
+    now: Micros,
+    limits: &Limits,
+) -> Result<Option<Deadline>> {
+    request
+        .map(|r| r.validate(limits).map(|()| r.arm(now)))
+        .transpose()
 }
 
 /// Checks an implementation plan: summary, steps with unique positive ids,
@@ -417,12 +438,13 @@ impl SessionPlan {
         Ok(())
     }
 
-    /// `plan_exit`: PLANNING -> AWAITING_APPROVAL with a validated plan.
+    /// `plan_exit`: PLANNING -> AWAITING_APPROVAL with a validated plan,
+    /// and its approval deadline when one is asked for.
     pub fn exit(
         &mut self,
         plan: ImplementationPlan,
-        plan_id: String,
-        submitted_by: String,
+        (plan_id, submitted_by): (String, String),
+        deadline: Option<&DeadlineRequest>,
         now: Micros,
         limits: &Limits,
     ) -> Result<&PendingPlan> {
@@ -430,12 +452,14 @@ impl SessionPlan {
             return Err(Error::NotInPlanMode);
         }
         validate_plan(&plan, limits)?;
+        let deadline = arm(deadline, now, limits)?;
         self.mode.mode = Mode::AwaitingApproval;
         Ok(self.mode.pending.insert(PendingPlan {
             plan_id,
             plan,
             submit_time: now,
             submitted_by,
+            deadline,
         }))
     }
 
@@ -494,6 +518,12 @@ impl SessionPlan {
         if let Some(pending) = &self.mode.pending {
             refuse_self(&pending.submitted_by, by, "plan")?;
         }
+        self.close_pending(reason, now)
+    }
+
+    /// The pending plan, rejected for `reason`: back to NORMAL, and the
+    /// history entry that records it.
+    fn close_pending(&mut self, reason: String, now: Micros) -> Result<HistoryEntry> {
         let Some(pending) = self.mode.pending.take() else {
             return Err(Error::NoPendingPlan);
         };
@@ -605,6 +635,7 @@ impl SessionPlan {
             new_description,
             new_files,
             new_verification,
+            deadline,
         } = request;
         let active = self.mode.active.as_ref().ok_or(Error::NoActivePlan)?;
         if active.plan.step(step_id).is_none() {
@@ -625,6 +656,7 @@ impl SessionPlan {
             limits.max_plan_steps,
             self.mode.modifications.len() + 1,
         )?;
+        let deadline = arm(deadline.as_ref(), now, limits)?;
         self.mode.next_modification_id = self.mode.next_modification_id.max(1);
         let id = self.mode.next_modification_id;
         self.mode.next_modification_id = self.mode.next_modification_id.saturating_add(1);
@@ -637,6 +669,7 @@ impl SessionPlan {
             new_verification,
             create_time: now,
             submitted_by,
+            deadline,
         });
         Ok(self
             .mode
@@ -664,7 +697,8 @@ impl SessionPlan {
             .iter_mut()
             .find(|s| s.id == m.step_id)
             .ok_or(Error::StepNotFound(m.step_id))?;
-        let m = self.mode.modifications.remove(pos);
+        let mut m = self.mode.modifications.remove(pos);
+        m.deadline = None;
         step.description.clone_from(&m.new_description);
         if !m.new_files.is_empty() {
             step.files.clone_from(&m.new_files);
@@ -694,6 +728,43 @@ impl SessionPlan {
         )?;
         self.mode.modifications.remove(pos);
         Ok(())
+    }
+
+    /// Applies the deadline `at` of `item`, passed by `now`: a rejection
+    /// (with the history entry of a rejected plan) or an escalation.
+    /// Fails with [`Error::DeadlineMoved`] unless `item` still waits with
+    /// that deadline, so a deadline is applied once.
+    pub fn pass_deadline(
+        &mut self,
+        item: Awaited,
+        at: Micros,
+        now: Micros,
+    ) -> Result<(Enforced, Option<HistoryEntry>)> {
+        let slot = match item {
+            Awaited::Plan => self.mode.pending.as_mut().map(|p| &mut p.deadline),
+            Awaited::Modification(id) => self
+                .mode
+                .modifications
+                .iter_mut()
+                .find(|m| m.id == id)
+                .map(|m| &mut m.deadline),
+        };
+        let Some(Some(deadline)) = slot else {
+            return Err(Error::DeadlineMoved);
+        };
+        let mut passed = deadline.clone();
+        let enforced = passed.pass(at, now)?;
+        if enforced == Enforced::Escalated {
+            *deadline = passed;
+            return Ok((enforced, None));
+        }
+        match item {
+            Awaited::Plan => Ok((enforced, Some(self.close_pending(passed.reason(), now)?))),
+            Awaited::Modification(id) => {
+                self.mode.modifications.retain(|m| m.id != id);
+                Ok((enforced, None))
+            }
+        }
     }
 
     fn pending_modification(&self, modification_id: u32) -> Result<usize> {
@@ -835,7 +906,7 @@ mod tests {
         let l = Limits::default();
         let mut s = SessionPlan::default();
         s.enter("goal".into(), String::new(), &l).unwrap();
-        s.exit(plan(steps), "plan_x".into(), String::new(), 1, &l)
+        s.exit(plan(steps), ("plan_x".into(), String::new()), None, 1, &l)
             .unwrap();
         s.approve("alice".into(), 2, &l).unwrap();
         s
@@ -862,8 +933,14 @@ mod tests {
         let l = Limits::default();
         let mut s = SessionPlan::default();
         assert_eq!(
-            s.exit(plan(vec![step(1, &[])]), "p".into(), String::new(), 0, &l)
-                .unwrap_err(),
+            s.exit(
+                plan(vec![step(1, &[])]),
+                ("p".into(), String::new()),
+                None,
+                0,
+                &l
+            )
+            .unwrap_err(),
             Error::NotInPlanMode
         );
         s.enter("g".into(), "src/".into(), &l).unwrap();
@@ -871,8 +948,14 @@ mod tests {
             s.enter("g".into(), String::new(), &l),
             Err(Error::AlreadyInPlanMode)
         );
-        s.exit(plan(vec![step(1, &[])]), "p".into(), String::new(), 0, &l)
-            .unwrap();
+        s.exit(
+            plan(vec![step(1, &[])]),
+            ("p".into(), String::new()),
+            None,
+            0,
+            &l,
+        )
+        .unwrap();
         assert_eq!(s.mode.mode, Mode::AwaitingApproval);
         assert_eq!(
             s.enter("g".into(), String::new(), &l)
@@ -901,7 +984,7 @@ mod tests {
         s.enter("g".into(), String::new(), &l).unwrap();
         let before = s.clone();
         assert!(
-            s.exit(plan(vec![]), "p".into(), String::new(), 0, &l)
+            s.exit(plan(vec![]), ("p".into(), String::new()), None, 0, &l)
                 .is_err()
         );
         assert_eq!(s, before);
@@ -1033,6 +1116,7 @@ mod tests {
                     new_description: "use v2 API".into(),
                     new_files: vec!["b.rs".into()],
                     new_verification: None,
+                    deadline: None,
                 },
                 String::new(),
                 3,
@@ -1064,6 +1148,7 @@ mod tests {
                     new_description: "d".into(),
                     new_files: vec![],
                     new_verification: Some("v".into()),
+                    deadline: None,
                 },
                 String::new(),
                 4,
@@ -1086,6 +1171,7 @@ mod tests {
                     new_description: "d".into(),
                     new_files: vec![],
                     new_verification: None,
+                    deadline: None,
                 },
                 String::new(),
                 6,
@@ -1102,6 +1188,7 @@ mod tests {
                     new_description: "d".into(),
                     new_files: vec![],
                     new_verification: None,
+                    deadline: None,
                 },
                 String::new(),
                 6,
@@ -1117,8 +1204,14 @@ mod tests {
         let l = Limits::default();
         let mut s = SessionPlan::default();
         s.enter("g".into(), String::new(), &l).unwrap();
-        s.exit(plan(vec![step(1, &[])]), "p".into(), "coder".into(), 1, &l)
-            .unwrap();
+        s.exit(
+            plan(vec![step(1, &[])]),
+            ("p".into(), "coder".into()),
+            None,
+            1,
+            &l,
+        )
+        .unwrap();
         let own = s.approve("coder".into(), 2, &l).unwrap_err();
         assert!(matches!(
             own,
@@ -1138,6 +1231,7 @@ mod tests {
                     new_description: "d".into(),
                     new_files: vec![],
                     new_verification: None,
+                    deadline: None,
                 },
                 "coder".into(),
                 4,
@@ -1157,8 +1251,8 @@ mod tests {
         s.enter("next".into(), String::new(), &l).unwrap();
         s.exit(
             plan(vec![step(1, &[]), step(2, &[])]),
-            "plan_y".into(),
-            String::new(),
+            ("plan_y".into(), String::new()),
+            None,
             3,
             &l,
         )
@@ -1185,8 +1279,14 @@ mod tests {
         assert!(!check_action(&s.mode, &blocked, "cron", "delete").allowed);
         assert!(check_action(&s.mode, &blocked, "cron", "list").allowed);
         assert!(check_action(&s.mode, &blocked, "read_file", "").allowed);
-        s.exit(plan(vec![step(1, &[])]), "p".into(), String::new(), 0, &l)
-            .unwrap();
+        s.exit(
+            plan(vec![step(1, &[])]),
+            ("p".into(), String::new()),
+            None,
+            0,
+            &l,
+        )
+        .unwrap();
         assert!(!check_action(&s.mode, &blocked, "write_file", "").allowed);
         s.approve(String::new(), 1, &l).unwrap();
         assert!(check_action(&s.mode, &blocked, "write_file", "").allowed);
@@ -1219,5 +1319,94 @@ mod tests {
             }
             prop_assert!(s.is_complete());
         }
+    }
+
+    #[test]
+    fn a_passed_deadline_rejects_or_escalates_once() {
+        use crate::deadline::{DeadlineRequest, Enforced, Policy};
+        let l = Limits::default();
+        let reject = DeadlineRequest {
+            timeout_ms: 1_000,
+            policy: Policy::Reject,
+            reject_reason: "too slow".into(),
+            ..DeadlineRequest::default()
+        };
+        let mut s = SessionPlan::default();
+        s.enter("g".into(), String::new(), &l).unwrap();
+        s.exit(
+            plan(vec![step(1, &[])]),
+            ("p".into(), "coder".into()),
+            Some(&reject),
+            0,
+            &l,
+        )
+        .unwrap();
+        let at = s
+            .mode
+            .pending
+            .as_ref()
+            .unwrap()
+            .deadline
+            .as_ref()
+            .unwrap()
+            .at;
+        assert_eq!(at, 1_000_000);
+        let before = s.clone();
+        assert_eq!(
+            s.pass_deadline(Awaited::Plan, at, at - 1),
+            Err(Error::DeadlineMoved)
+        );
+        assert_eq!(
+            s.pass_deadline(Awaited::Plan, at + 5, at + 5),
+            Err(Error::DeadlineMoved)
+        );
+        assert_eq!(s, before, "a deadline not passed changes nothing");
+        let (done, entry) = s.pass_deadline(Awaited::Plan, at, at).unwrap();
+        assert_eq!(done, Enforced::Rejected);
+        let entry = entry.unwrap();
+        assert_eq!(
+            (entry.outcome, entry.reason.as_str()),
+            (Outcome::Rejected, "too slow")
+        );
+        assert_eq!(s.mode.mode, Mode::Normal);
+        assert_eq!(
+            s.pass_deadline(Awaited::Plan, at, at),
+            Err(Error::DeadlineMoved)
+        );
+
+        // A modification escalated, then rejected at the second deadline.
+        let mut s = approved(vec![step(1, &[])]);
+        let escalate = DeadlineRequest {
+            timeout_ms: 1_000,
+            policy: Policy::Escalate,
+            escalate_to: "lead".into(),
+            escalation_timeout_ms: 2_000,
+            after_escalation: Policy::Reject,
+            ..DeadlineRequest::default()
+        };
+        let request = ModificationRequest {
+            step_id: 1,
+            reason: "r".into(),
+            new_description: "d".into(),
+            new_files: vec![],
+            new_verification: None,
+            deadline: Some(escalate),
+        };
+        let id = s.modify(request, "coder".into(), 0, &l).unwrap().id;
+        let item = Awaited::Modification(id);
+        let (done, _) = s.pass_deadline(item, 1_000_000, 1_500_000).unwrap();
+        assert_eq!(done, Enforced::Escalated);
+        let d = s.mode.modifications[0].deadline.clone().unwrap();
+        assert_eq!(
+            (d.escalated_to.as_str(), d.at, d.policy),
+            ("lead", 3_500_000, Policy::Reject)
+        );
+        assert_eq!(
+            s.pass_deadline(item, 1_000_000, 1_500_000),
+            Err(Error::DeadlineMoved)
+        );
+        let (done, entry) = s.pass_deadline(item, 3_500_000, 3_500_000).unwrap();
+        assert_eq!((done, entry), (Enforced::Rejected, None));
+        assert!(s.mode.modifications.is_empty());
     }
 }

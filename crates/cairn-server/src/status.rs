@@ -154,6 +154,7 @@ fn classify(err: &Error) -> Classified {
         Error::PlanAwaitingApproval => (Code::FailedPrecondition, "PLAN_AWAITING_APPROVAL"),
         Error::NotInPlanMode => (Code::FailedPrecondition, "NOT_IN_PLAN_MODE"),
         Error::NoPendingPlan => (Code::FailedPrecondition, "NO_PENDING_PLAN"),
+        Error::DeadlineMoved => (Code::FailedPrecondition, "DEADLINE_MOVED"),
         Error::NoActivePlan => (Code::FailedPrecondition, "NO_ACTIVE_PLAN"),
         Error::StepNotFound(step) => {
             meta.insert("step_id".into(), step.to_string());
