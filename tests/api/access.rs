@@ -248,6 +248,7 @@ async fn prepare(
     setup
         .plans
         .exit_plan_mode(pb::ExitPlanModeRequest {
+            deadline: None,
             session_id: session.into(),
             plan: Some(two_steps("a plan")),
             expected_revision: None,
@@ -273,6 +274,7 @@ async fn prepare(
     setup
         .plans
         .modify_plan(pb::ModifyPlanRequest {
+            deadline: None,
             session_id: session.into(),
             step_id: 2,
             reason: "r".into(),
@@ -394,6 +396,7 @@ async fn call(
         "ExitPlanMode" => code(
             who.plans
                 .exit_plan_mode(pb::ExitPlanModeRequest {
+                    deadline: None,
                     session_id: s,
                     plan: Some(two_steps("a plan")),
                     expected_revision: None,
@@ -452,6 +455,7 @@ async fn call(
         "ModifyPlan" => code(
             who.plans
                 .modify_plan(pb::ModifyPlanRequest {
+                    deadline: None,
                     session_id: s,
                     step_id: 2,
                     reason: "r".into(),
@@ -776,6 +780,7 @@ async fn an_approver_never_approves_its_own_plan_and_the_approver_recorded_is_th
         .unwrap();
     both.plans
         .exit_plan_mode(pb::ExitPlanModeRequest {
+            deadline: None,
             session_id: "in".into(),
             plan: Some(two_steps("a plan")),
             expected_revision: None,

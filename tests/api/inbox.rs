@@ -108,6 +108,7 @@ async fn awaiting(by: &mut Who, root: &str, session: &str) {
         .unwrap();
     by.plans
         .exit_plan_mode(pb::ExitPlanModeRequest {
+            deadline: None,
             session_id: session.into(),
             plan: Some(two_steps("Add the login API")),
             expected_revision: None,

@@ -104,6 +104,7 @@ async fn unknown_enum_values_are_refused_not_coerced() {
         .unwrap();
     let err = plans
         .exit_plan_mode(pb::ExitPlanModeRequest {
+            deadline: None,
             session_id: "s".into(),
             plan: Some(pb::ImplementationPlan {
                 summary: "p".into(),

@@ -8,6 +8,7 @@
 
 mod access;
 mod browsers;
+mod deadlines;
 mod inbox;
 mod inputs;
 mod leases;

@@ -59,6 +59,7 @@ async fn exit(
 ) -> Result<pb::PlanStatus, tonic::Status> {
     plans
         .exit_plan_mode(pb::ExitPlanModeRequest {
+            deadline: None,
             session_id: s.into(),
             plan: Some(plan),
             expected_revision: None,
@@ -317,6 +318,7 @@ async fn the_whole_workflow_with_every_error_text() {
     // A modification changes nothing until approved.
     let resp = plans
         .modify_plan(pb::ModifyPlanRequest {
+            deadline: None,
             session_id: s.into(),
             step_id: 2,
             reason: "The framework has tower middleware".into(),
@@ -368,6 +370,7 @@ async fn the_whole_workflow_with_every_error_text() {
 
     let m2 = plans
         .modify_plan(pb::ModifyPlanRequest {
+            deadline: None,
             session_id: s.into(),
             step_id: 3,
             reason: "r".into(),
@@ -392,6 +395,7 @@ async fn the_whole_workflow_with_every_error_text() {
     assert_eq!(checklist(&mut plans, s).await[2].1, "Protect the routes");
     let err = plans
         .modify_plan(pb::ModifyPlanRequest {
+            deadline: None,
             session_id: s.into(),
             step_id: 1,
             reason: "r".into(),
@@ -684,6 +688,7 @@ async fn a_plan_record_stays_within_its_size_limit() {
     for n in 0..40 {
         let m = plans
             .modify_plan(pb::ModifyPlanRequest {
+                deadline: None,
                 session_id: "s".into(),
                 step_id: 3,
                 reason: format!("change {n}"),

@@ -308,7 +308,7 @@ async fn the_inbox_lists_what_awaits_approval() {
         .exit_plan_mode(pb::ExitPlanModeRequest {
             session_id: "orch:coder".into(),
             plan: Some(plan),
-            expected_revision: None,
+            ..Default::default()
         })
         .await
         .unwrap();

@@ -64,7 +64,7 @@ async fn awaiting_approval(p: &Proc, session: &str) {
                 }],
                 ..Default::default()
             }),
-            expected_revision: None,
+            ..Default::default()
         })
         .await
         .unwrap();

@@ -312,7 +312,55 @@ pub fn inbox_item_json(i: &pb::InboxItem, now: i64) -> Value {
         "submitted_by": i.submitted_by,
         "waiting_since": timestamp_json(i.waiting_since.as_ref()),
         "waiting_seconds": secs_between(micros(i.waiting_since.as_ref()), now),
+        "deadline": i.deadline.as_ref().map(|d| deadline_json(d, now)),
     })
+}
+
+fn policy_name(p: pb::DeadlinePolicy) -> &'static str {
+    match p {
+        pb::DeadlinePolicy::Unspecified | pb::DeadlinePolicy::Wait => "wait",
+        pb::DeadlinePolicy::Reject => "reject",
+        pb::DeadlinePolicy::Escalate => "escalate",
+    }
+}
+
+/// An approval deadline as every surface shows it, with a sentence for
+/// people (`deadline_text`).
+pub fn deadline_json(d: &pb::Deadline, now: i64) -> Value {
+    json!({
+        "deadline_time": timestamp_json(d.deadline_time.as_ref()),
+        "policy": policy_name(d.policy()),
+        "escalate_to": d.escalate_to,
+        "escalated_to": d.escalated_to,
+        "text": deadline_text(d, now),
+    })
+}
+
+/// One line on an approval deadline at `now`: "rejected in 5m",
+/// "escalated to lead in 1h", prefixed by "escalated to X;" once it was.
+pub fn deadline_text(d: &pb::Deadline, now: i64) -> String {
+    let at = micros(d.deadline_time.as_ref());
+    let to = &d.escalate_to;
+    let then = if at >= now {
+        let left = ago(secs_between(now, at));
+        match d.policy() {
+            pb::DeadlinePolicy::Reject => format!("rejected in {left}"),
+            pb::DeadlinePolicy::Escalate => format!("escalated to {to} in {left}"),
+            pb::DeadlinePolicy::Unspecified | pb::DeadlinePolicy::Wait => format!("due in {left}"),
+        }
+    } else {
+        let late = ago(secs_between(at, now));
+        match d.policy() {
+            pb::DeadlinePolicy::Reject => format!("rejection {late} overdue"),
+            pb::DeadlinePolicy::Escalate => format!("escalation to {to} {late} overdue"),
+            pb::DeadlinePolicy::Unspecified | pb::DeadlinePolicy::Wait => format!("{late} overdue"),
+        }
+    };
+    if d.escalated_to.is_empty() {
+        then
+    } else {
+        format!("escalated to {}; {then}", d.escalated_to)
+    }
 }
 
 /// A session as every surface shows it.

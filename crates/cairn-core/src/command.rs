@@ -105,7 +105,7 @@ pub enum PlanOutcome {
     /// `CompletePlan`: the history entry that closed the plan.
     Completed(Box<HistoryEntry>),
     /// `ModifyPlan`: the recorded modification request.
-    Modified(Modification),
+    Modified(Box<Modification>),
 }
 
 impl PlanCommand {
@@ -188,7 +188,7 @@ impl PlanCommand {
             }
             PlanCommand::Modify(request) => {
                 let m = plan.modify(request.clone(), by, now, limits)?.clone();
-                Ok((PlanOutcome::Modified(m), Vec::new()))
+                Ok((PlanOutcome::Modified(Box::new(m)), Vec::new()))
             }
             PlanCommand::DecideModification {
                 modification_id,

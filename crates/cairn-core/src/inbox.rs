@@ -9,6 +9,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::Micros;
+use crate::deadline::Deadline;
 use crate::error::{Error, Result};
 use crate::plan_mode::PlanModeState;
 
@@ -93,6 +94,19 @@ impl PlanModeState {
             .iter()
             .map(|m| key(m.create_time, Awaited::Modification(m.id)));
         plan.chain(modifications).collect()
+    }
+
+    /// The approval deadline of a waiting item, if it has one.
+    pub fn deadline_of(&self, item: Awaited) -> Option<&Deadline> {
+        match item {
+            Awaited::Plan => self.pending.as_ref()?.deadline.as_ref(),
+            Awaited::Modification(id) => self
+                .modifications
+                .iter()
+                .find(|m| m.id == id)?
+                .deadline
+                .as_ref(),
+        }
     }
 }
 

@@ -14,6 +14,7 @@ use cairn_core::access::{Principal, Role};
 use cairn_core::command::{
     Decision, PlanCommand, PlanWrite, SessionCommand, SessionPatch, TodoCommand,
 };
+use cairn_core::deadline::{Deadline, DeadlineRequest, Policy};
 use cairn_core::error::{Error, Result};
 use cairn_core::inbox::Awaited;
 use cairn_core::liveness::{Lease, Liveness};
@@ -377,7 +378,59 @@ fn pending_plan(p: PendingPlan) -> pb::PendingPlan {
         plan_id: p.plan_id,
         plan: Some(implementation_plan_out(p.plan)),
         submit_time: timestamp(p.submit_time),
+        deadline: p.deadline.map(deadline_out),
     }
+}
+
+fn policy_out(p: Policy) -> i32 {
+    match p {
+        Policy::Wait => pb::DeadlinePolicy::Wait,
+        Policy::Reject => pb::DeadlinePolicy::Reject,
+        Policy::Escalate => pb::DeadlinePolicy::Escalate,
+    }
+    .into()
+}
+
+fn policy_in(field: &str, p: i32) -> Result<Policy> {
+    match pb::DeadlinePolicy::try_from(p) {
+        Ok(pb::DeadlinePolicy::Unspecified | pb::DeadlinePolicy::Wait) => Ok(Policy::Wait),
+        Ok(pb::DeadlinePolicy::Reject) => Ok(Policy::Reject),
+        Ok(pb::DeadlinePolicy::Escalate) => Ok(Policy::Escalate),
+        Err(_) => Err(Error::invalid(field, format!("unknown policy {p}"))),
+    }
+}
+
+/// A deadline as it stands, for the API.
+pub fn deadline_out(d: Deadline) -> pb::Deadline {
+    pb::Deadline {
+        deadline_time: timestamp(d.at),
+        policy: policy_out(d.policy),
+        reject_reason: d.reject_reason,
+        escalate_to: d.escalate_to,
+        escalation_timeout: (d.escalation_timeout_ms > 0).then(|| millis(d.escalation_timeout_ms)),
+        after_escalation: policy_out(d.after_escalation),
+        escalated_to: d.escalated_to,
+        escalate_time: timestamp(d.escalate_time),
+    }
+}
+
+/// A requested deadline (checked by the rule, which knows the limits).
+fn deadline_in(d: Option<pb::ApprovalDeadline>) -> Result<Option<DeadlineRequest>> {
+    d.map(|d| {
+        Ok(DeadlineRequest {
+            timeout_ms: duration_ms("deadline.timeout", d.timeout)?.unwrap_or(0),
+            policy: policy_in("deadline.policy", d.policy)?,
+            reject_reason: d.reject_reason,
+            escalate_to: d.escalate_to,
+            escalation_timeout_ms: duration_ms(
+                "deadline.escalation_timeout",
+                d.escalation_timeout,
+            )?
+            .unwrap_or(0),
+            after_escalation: policy_in("deadline.after_escalation", d.after_escalation)?,
+        })
+    })
+    .transpose()
 }
 
 fn completion(c: StepCompletion) -> pb::StepCompletion {
@@ -417,6 +470,7 @@ pub fn modification(m: Modification) -> pb::PlanModification {
         new_files: m.new_files,
         new_verification: m.new_verification,
         create_time: timestamp(m.create_time),
+        deadline: m.deadline.map(deadline_out),
     }
 }
 
@@ -447,6 +501,7 @@ pub fn inbox_item(i: cairn_store::records::InboxItem) -> pb::InboxItem {
         modification: i.modification.map(modification),
         submitted_by: i.submitted_by,
         waiting_since: timestamp(i.key.since),
+        deadline: i.deadline.map(deadline_out),
     }
 }
 
@@ -687,9 +742,10 @@ macro_rules! plan_requests {
 
 plan_requests! {
     EnterPlanModeRequest { goal, scope } => PlanCommand::Enter { goal, scope };
-    ExitPlanModeRequest { plan } => PlanCommand::Exit {
+    ExitPlanModeRequest { plan, deadline } => PlanCommand::Exit {
         plan: plan.map(implementation_plan_in).transpose()?.unwrap_or_default(),
         id_suffix: random_suffix(),
+        deadline: deadline_in(deadline)?,
     };
     ApprovePlanRequest { approver } => PlanCommand::Approve { approver };
     RejectPlanRequest { reason } => PlanCommand::Reject { reason };
@@ -698,13 +754,14 @@ plan_requests! {
         verification_result,
     };
     CompletePlanRequest { summary, deviations } => PlanCommand::CompletePlan { summary, deviations };
-    ModifyPlanRequest { step_id, reason, new_description, new_files, new_verification } =>
+    ModifyPlanRequest { step_id, reason, new_description, new_files, new_verification, deadline } =>
         PlanCommand::Modify(ModificationRequest {
             step_id,
             reason,
             new_description,
             new_files,
             new_verification,
+            deadline: deadline_in(deadline)?,
         });
     ApproveModificationRequest { modification_id } => PlanCommand::DecideModification {
         modification_id,

@@ -177,6 +177,10 @@ pub async fn serve(
     let leased = store.load_leases().await?;
     tracing::info!(leased, "leases re-armed with a full TTL");
     let liveness = tokio::spawn(store.clone().drive_leases());
+    // Deadlines that passed while no server ran fall due at once.
+    let deadlines = store.load_deadlines().await?;
+    tracing::info!(deadlines, "approval deadlines followed");
+    let enforcer = tokio::spawn(store.clone().drive_deadlines());
     let web = match config.web_listen {
         Some(addr) => {
             let web = TcpListener::bind(addr).await?;
@@ -227,6 +231,7 @@ pub async fn serve(
     let result = serve_store(listener, web, store.clone(), auth, tls, &config, shutdown).await;
     compaction.abort();
     liveness.abort();
+    enforcer.abort();
     if let Some(task) = metrics_task {
         task.abort();
     }

@@ -199,6 +199,8 @@ pub struct Hub {
     plans: PlanCache,
     /// The leases, which follow them too.
     leases: crate::lessor::Lessor,
+    /// The approval deadlines, which follow the inbox events.
+    deadlines: crate::deadlines::Deadlines,
 }
 
 impl Hub {
@@ -212,6 +214,7 @@ impl Hub {
             closing: tokio::sync::watch::Sender::new(false),
             plans: PlanCache::new(cache_bytes, revision),
             leases: crate::lessor::Lessor::default(),
+            deadlines: crate::deadlines::Deadlines::default(),
         }
     }
 
@@ -223,6 +226,11 @@ impl Hub {
     /// The leases this server follows.
     pub fn leases(&self) -> &crate::lessor::Lessor {
         &self.leases
+    }
+
+    /// The approval deadlines this server applies.
+    pub fn deadlines(&self) -> &crate::deadlines::Deadlines {
+        &self.deadlines
     }
 
     /// Ends every watch stream and `Wait` (with `UNAVAILABLE`), now and
@@ -284,6 +292,7 @@ impl Hub {
     pub fn dispatch(&self, revisions: &[Arc<Revision>]) {
         self.plans.apply(revisions);
         self.leases.observe(revisions);
+        self.deadlines.observe(revisions);
         let reg = self.lock();
         let mut lists: Vec<&Vec<Arc<Slot>>> = Vec::new();
         for rev in revisions {

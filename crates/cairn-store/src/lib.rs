@@ -23,6 +23,8 @@
 //! - [`lessor`]: the leases a server follows: signs of life in memory, a
 //!   deadline index of what is due; [`liveness`]: keep-alives, and the
 //!   driver that writes each transition as a command;
+//! - [`deadlines`]: approval deadlines that act, and the driver that
+//!   applies each as it passes;
 //! - [`compactor`]: trimming the log; [`health`]: whether the store serves;
 //! - [`telemetry`]: the store's metrics (commits, revisions, watch streams).
 //!
@@ -38,6 +40,7 @@ pub mod cache;
 pub mod clock;
 pub mod codec;
 pub mod compactor;
+pub mod deadlines;
 pub mod health;
 pub mod hub;
 pub mod inbox;

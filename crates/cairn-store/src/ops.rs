@@ -518,7 +518,14 @@ fn waits_changed(
         InboxItem::of(session.clone(), before, k)
             .map(|i| Event::inbox(EventKind::InboxRemoved, i, chain.to_vec()))
     });
-    let added = new.into_iter().filter_map(|k| {
+    // An item that waits on with another deadline (escalated) is added
+    // again: watchers and the deadline index take an addition as the
+    // item's latest state.
+    let changed = after
+        .awaiting(id)
+        .into_iter()
+        .filter(|k| !new.contains(k) && before.deadline_of(k.item) != after.deadline_of(k.item));
+    let added = new.iter().cloned().chain(changed).filter_map(|k| {
         InboxItem::of(session.clone(), after, k)
             .map(|i| Event::inbox(EventKind::InboxAdded, i, chain.to_vec()))
     });

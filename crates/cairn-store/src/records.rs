@@ -7,6 +7,7 @@
 use serde::{Deserialize, Serialize};
 
 use cairn_core::access::{Caller, Principal};
+use cairn_core::deadline::Deadline;
 use cairn_core::inbox::{Awaited, Awaiting};
 use cairn_core::plan_mode::{Modification, PlanModeState};
 use cairn_core::session::Session;
@@ -68,6 +69,9 @@ pub struct InboxItem {
     pub modification: Option<Modification>,
     /// Who submitted it.
     pub submitted_by: String,
+    /// What happens if nobody decides in time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline: Option<Deadline>,
 }
 
 impl InboxItem {
@@ -100,6 +104,7 @@ impl InboxItem {
             }
         };
         Some(InboxItem {
+            deadline: mode.deadline_of(key.item).cloned(),
             key,
             goal: mode.goal.clone(),
             session,

@@ -74,6 +74,10 @@ pub fn inbox_table(items: &[pb::InboxItem], now: i64) -> String {
         if !i.goal.is_empty() {
             let _ = writeln!(out, "    {:>7}  goal: {}", "", printable(&i.goal));
         }
+        if let Some(d) = &i.deadline {
+            let text = cairn_api::shapes::deadline_text(d, now);
+            let _ = writeln!(out, "    {:>7}  deadline: {}", "", printable(&text));
+        }
     }
     out
 }
@@ -286,6 +290,11 @@ mod tests {
                 goal: "Add authentication".into(),
                 summary: "JWT login\u{1b}[2J".into(),
                 waiting_since: at(1_000),
+                deadline: Some(pb::Deadline {
+                    deadline_time: at(1_600),
+                    policy: pb::DeadlinePolicy::Reject.into(),
+                    ..Default::default()
+                }),
                 ..Default::default()
             },
             pb::InboxItem {
@@ -301,6 +310,11 @@ mod tests {
                     ..Default::default()
                 }),
                 waiting_since: at(1_200),
+                deadline: Some(pb::Deadline {
+                    deadline_time: at(1_290),
+                    escalated_to: "role:admin".into(),
+                    ..Default::default()
+                }),
                 ..Default::default()
             },
         ];

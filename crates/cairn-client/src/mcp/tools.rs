@@ -375,6 +375,7 @@ impl CairnTools {
             session_id: self.session_id.clone(),
             plan: Some(plan),
             expected_revision: None,
+            deadline: None,
         };
         self.status_reply(
             self.plans()
@@ -565,6 +566,7 @@ impl CairnTools {
             new_files: args.new_files,
             new_verification: args.new_verification,
             expected_revision: None,
+            deadline: None,
         };
         self.status_reply(
             self.plans()

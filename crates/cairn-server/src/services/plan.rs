@@ -183,7 +183,7 @@ impl PlanApi {
             return Err(Error::Internal("ModifyPlan yielded no modification".into()));
         };
         Ok(pb::ModifyPlanResponse {
-            modification: Some(convert::modification(modification)),
+            modification: Some(convert::modification(*modification)),
             status: Some(convert::plan_status(&record)),
             revision,
         })

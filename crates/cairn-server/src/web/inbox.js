@@ -52,6 +52,7 @@ function render(items, revision) {
       ? `Step ${item.modification.step_id}: ${item.modification.new_description} (${item.modification.reason})`
       : `${item.plan_id}: ${item.summary}`;
     card.append(el("p", "asks", asks));
+    if (item.deadline) card.append(el("p", "meta deadline", `deadline: ${item.deadline.text}`));
     const approve = el("button", "approve", "Approve"), reject = el("button", "reject", "Reject");
     approve.onclick = () => decide(item, "approve");
     reject.onclick = () => decide(item, "reject");
