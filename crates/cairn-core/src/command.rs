@@ -23,6 +23,7 @@ use crate::plan_mode::{
 };
 use crate::session::Session;
 use crate::todo::TodoInput;
+use crate::webhook::Webhook;
 
 /// One write, to any resource.
 #[derive(Debug, Clone, PartialEq)]
@@ -35,6 +36,20 @@ pub enum Command {
     Todos(TodoCommand),
     /// A change to principals and their tokens (admins only).
     Principal(PrincipalCommand),
+    /// A change to webhook subscriptions (admins only).
+    Webhook(WebhookCommand),
+}
+
+/// A change to webhook subscriptions (admins only).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WebhookCommand {
+    /// `CreateWebhook`: checked, its secret already sealed; `revision` is
+    /// filled in by the write.
+    Create(Webhook),
+    /// `DeleteWebhook`: the subscription and its undelivered state.
+    Delete { webhook_id: String },
+    /// `RetryDeadLetter`: a dead letter queued for delivery again.
+    Retry { webhook_id: String, key: String },
 }
 
 /// A change to one session's plan: where, the revision the caller last saw,
@@ -314,6 +329,12 @@ impl From<SessionCommand> for Command {
 impl From<TodoCommand> for Command {
     fn from(c: TodoCommand) -> Self {
         Command::Todos(c)
+    }
+}
+
+impl From<WebhookCommand> for Command {
+    fn from(c: WebhookCommand) -> Self {
+        Command::Webhook(c)
     }
 }
 

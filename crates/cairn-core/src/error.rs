@@ -113,6 +113,18 @@ pub enum Error {
     #[error("Parent session {0} not found")]
     ParentNotFound(String),
 
+    /// `CreateWebhook` with a taken id.
+    #[error("Webhook {0} already exists")]
+    WebhookExists(String),
+
+    /// A webhook id that names no subscription.
+    #[error("Webhook {0} not found")]
+    WebhookNotFound(String),
+
+    /// `RetryDeadLetter` of a key that names no dead letter.
+    #[error("Dead letter {0} not found")]
+    DeadLetterNotFound(String),
+
     /// `CreateSession` with a taken id.
     #[error("Session {0} already exists")]
     SessionExists(String),
@@ -244,6 +256,9 @@ impl Error {
             | Error::PrincipalNotFound(_)
             | Error::ParentNotFound(_)
             | Error::SessionExists(_)
+            | Error::WebhookExists(_)
+            | Error::WebhookNotFound(_)
+            | Error::DeadLetterNotFound(_)
             | Error::ParentCycle { .. }
             | Error::SessionHasChildren { .. }
             | Error::RevisionMismatch { .. }

@@ -11,6 +11,7 @@
 //!   modifications, and which tools are blocked while planning;
 //! - [`todo`]: the per-agent todo merge;
 //! - [`liveness`]: leases and the states a session's agent moves through;
+//! - [`webhook`]: webhook subscriptions and the event types they name;
 //! - [`access`]: who may do what: principals, roles, scopes;
 //! - [`deadline`]: approval deadlines and their WAIT, REJECT and ESCALATE
 //!   policies;
@@ -39,6 +40,7 @@ pub mod revision;
 pub mod session;
 pub mod time;
 pub mod todo;
+pub mod webhook;
 
 pub use limits::Limits;
 pub use plan_mode::SessionPlan;

@@ -18,6 +18,8 @@
 //!                                  an item awaiting approval (the inbox,
 //!                                  oldest first; empty value)
 //!  {prefix}awaiting_indexed        set once older waiting plans are indexed
+//!  {prefix}x/{space}/{key}        an auxiliary record (webhook
+//!                                  subscriptions, cursors, dead letters)
 //!  {prefix}r/{replica}             a live replica (on an etcd lease: gone
 //!                                  when the replica stops renewing it)
 //! ```
@@ -122,6 +124,12 @@ impl Keys {
     }
     pub fn all_awaiting(&self) -> Vec<u8> {
         self.key(&[b"w/"])
+    }
+    pub fn aux(&self, space: &str, key: &str) -> Vec<u8> {
+        self.key(&[b"x/", space.as_bytes(), b"/", key.as_bytes()])
+    }
+    pub fn aux_space(&self, space: &str) -> Vec<u8> {
+        self.key(&[b"x/", space.as_bytes(), b"/"])
     }
     pub fn replica(&self, name: &str) -> Vec<u8> {
         self.key(&[b"r/", name.as_bytes()])

@@ -520,6 +520,30 @@ impl ReadTxn for Txn {
             .collect())
     }
 
+    fn aux(&self, space: &str, key: &str) -> Result<Option<Vec<u8>>> {
+        Ok(self.get(&self.keys.aux(space, key))?.map(|kv| kv.value))
+    }
+
+    fn aux_after(
+        &self,
+        space: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<(String, Vec<u8>)>> {
+        let start = self.keys.aux_space(space);
+        let after_key = after.map(|a| self.keys.aux(space, a));
+        let kvs = self.scan(
+            &start,
+            &prefix_end(&start),
+            after_key.as_deref(),
+            limit.max(1),
+        )?;
+        Ok(kvs
+            .into_iter()
+            .filter_map(|kv| suffix(&kv.key, &start).map(|k| (k.to_owned(), kv.value.clone())))
+            .collect())
+    }
+
     fn principal(&self, id: &str) -> Result<Option<PrincipalRecord>> {
         self.typed(&self.keys.principal(id))
     }
@@ -596,6 +620,15 @@ impl WriteTxn for Txn {
     }
     fn delete_agent_session(&mut self, agent_id: &str, session_id: &str) -> Result<()> {
         let key = self.keys.agent_session(agent_id, session_id);
+        self.delete(key)
+    }
+    fn put_aux(&mut self, space: &str, key: &str, value: &[u8]) -> Result<()> {
+        let key = self.keys.aux(space, key);
+        self.put(key, value.to_vec());
+        Ok(())
+    }
+    fn delete_aux(&mut self, space: &str, key: &str) -> Result<()> {
+        let key = self.keys.aux(space, key);
         self.delete(key)
     }
     fn put_leased(&mut self, session_id: &str) -> Result<()> {

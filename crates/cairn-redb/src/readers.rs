@@ -85,6 +85,8 @@ failed_view! {
     revisions_from(u64, usize, usize) -> Vec<Revision>;
     revision_times(u64, usize) -> Vec<(u64, Micros)>;
     agent_sessions(&str) -> Vec<String>;
+    aux(&str, &str) -> Option<Vec<u8>>;
+    aux_after(&str, Option<&str>, usize) -> Vec<(String, Vec<u8>)>;
     principal(&str) -> Option<records::PrincipalRecord>;
     principal_by_token(&str) -> Option<records::PrincipalRecord>;
     principals_after(Option<&str>, usize) -> Vec<records::PrincipalRecord>;

@@ -43,6 +43,9 @@ const AGENT_SESSIONS: TableDefinition<(&str, &str), ()> = TableDefinition::new("
 const LEASED: TableDefinition<&str, ()> = TableDefinition::new("leased");
 /// Items awaiting approval, oldest first: (since, session, item).
 const AWAITING: TableDefinition<(i64, &str, &str), ()> = TableDefinition::new("awaiting");
+/// Records that are not resources, by (space, key): webhook subscriptions,
+/// delivery cursors, dead letters.
+const AUX: TableDefinition<(&str, &str), &[u8]> = TableDefinition::new("aux");
 const PRINCIPALS: TableDefinition<&str, &[u8]> = TableDefinition::new("principals");
 /// Principal id by the hex SHA-256 of its token: tokens themselves are
 /// never stored.
@@ -171,6 +174,7 @@ pub fn open(
         txn.open_table(TOKENS)?;
         txn.open_table(LEASED)?;
         txn.open_table(AWAITING)?;
+        txn.open_table(AUX)?;
         // A store written before the agent index existed: index it once.
         let sessions = txn.open_table(SESSIONS)?;
         let mut by_agent = txn.open_table(AGENT_SESSIONS)?;
@@ -225,6 +229,38 @@ mod read {
 
     pub fn meta(t: &impl ReadableTable<&'static str, u64>, key: &str) -> Result<u64, Db> {
         Ok(t.get(key)?.map_or(0, |v| v.value()))
+    }
+
+    /// One auxiliary value.
+    pub fn aux(
+        t: &impl ReadableTable<(&'static str, &'static str), &'static [u8]>,
+        space: &str,
+        key: &str,
+    ) -> Result<Option<Vec<u8>>, Db> {
+        Ok(t.get((space, key))?.map(|v| v.value().to_vec()))
+    }
+
+    /// Auxiliary values of `space` strictly after `after`, at most `limit`.
+    pub fn aux_after(
+        t: &impl ReadableTable<(&'static str, &'static str), &'static [u8]>,
+        space: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<(String, Vec<u8>)>, Db> {
+        let from = match after {
+            Some(a) => Bound::Excluded((space, a)),
+            None => Bound::Included((space, "")),
+        };
+        let mut out = Vec::new();
+        for entry in t.range::<(&str, &str)>((from, Bound::Unbounded))? {
+            let (k, v) = entry?;
+            let (s, key) = k.value();
+            if s != space || out.len() >= limit.max(1) {
+                break;
+            }
+            out.push((key.to_owned(), v.value().to_vec()));
+        }
+        Ok(out)
     }
 
     /// Inbox keys strictly after `after`, at most `limit`.
@@ -460,6 +496,17 @@ impl ReadTxn for RedbTxn<'_> {
     fn awaiting_after(&self, after: Option<&Awaiting>, limit: usize) -> Result<Vec<Awaiting>> {
         db(|| read::awaiting(&self.0.open_table(AWAITING)?, after, limit))
     }
+    fn aux(&self, space: &str, key: &str) -> Result<Option<Vec<u8>>> {
+        db(|| read::aux(&self.0.open_table(AUX)?, space, key))
+    }
+    fn aux_after(
+        &self,
+        space: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<(String, Vec<u8>)>> {
+        db(|| read::aux_after(&self.0.open_table(AUX)?, space, after, limit))
+    }
     fn principal(&self, id: &str) -> Result<Option<PrincipalRecord>> {
         db(|| read::record(&self.0.open_table(PRINCIPALS)?, id))
     }
@@ -538,6 +585,7 @@ pub struct RedbWrite<'txn> {
     events: Held<'txn, u64, &'static [u8]>,
     agent_sessions: Held<'txn, (&'static str, &'static str), ()>,
     leased: Held<'txn, &'static str, ()>,
+    aux: Held<'txn, (&'static str, &'static str), &'static [u8]>,
     awaiting: Held<'txn, (i64, &'static str, &'static str), ()>,
     principals: Held<'txn, &'static str, &'static [u8]>,
     tokens: Held<'txn, &'static str, &'static str>,
@@ -562,6 +610,7 @@ impl<'txn> RedbWrite<'txn> {
             events: Held::new(EVENTS),
             agent_sessions: Held::new(AGENT_SESSIONS),
             leased: Held::new(LEASED),
+            aux: Held::new(AUX),
             awaiting: Held::new(AWAITING),
             principals: Held::new(PRINCIPALS),
             tokens: Held::new(TOKENS),
@@ -639,6 +688,17 @@ impl ReadTxn for RedbWrite<'_> {
     }
     fn awaiting_after(&self, after: Option<&Awaiting>, limit: usize) -> Result<Vec<Awaiting>> {
         db(|| read::awaiting(&*self.awaiting.get(self.txn)?, after, limit))
+    }
+    fn aux(&self, space: &str, key: &str) -> Result<Option<Vec<u8>>> {
+        db(|| read::aux(&*self.aux.get(self.txn)?, space, key))
+    }
+    fn aux_after(
+        &self,
+        space: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<(String, Vec<u8>)>> {
+        db(|| read::aux_after(&*self.aux.get(self.txn)?, space, after, limit))
     }
     fn principal(&self, id: &str) -> Result<Option<PrincipalRecord>> {
         db(|| read::record(&*self.principals.get(self.txn)?, id))
@@ -753,6 +813,20 @@ impl WriteTxn for RedbWrite<'_> {
             self.agent_sessions
                 .get(self.txn)?
                 .insert((agent_id, session_id), ())?;
+            Ok(())
+        })
+    }
+
+    fn put_aux(&mut self, space: &str, key: &str, value: &[u8]) -> Result<()> {
+        db(|| {
+            self.aux.get(self.txn)?.insert((space, key), value)?;
+            Ok(())
+        })
+    }
+
+    fn delete_aux(&mut self, space: &str, key: &str) -> Result<()> {
+        db(|| {
+            self.aux.get(self.txn)?.remove((space, key))?;
             Ok(())
         })
     }

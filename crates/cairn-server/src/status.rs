@@ -154,6 +154,9 @@ fn classify(err: &Error) -> Classified {
         Error::PlanAwaitingApproval => (Code::FailedPrecondition, "PLAN_AWAITING_APPROVAL"),
         Error::NotInPlanMode => (Code::FailedPrecondition, "NOT_IN_PLAN_MODE"),
         Error::NoPendingPlan => (Code::FailedPrecondition, "NO_PENDING_PLAN"),
+        Error::WebhookExists(_) => (Code::AlreadyExists, "WEBHOOK_EXISTS"),
+        Error::WebhookNotFound(_) => (Code::NotFound, "WEBHOOK_NOT_FOUND"),
+        Error::DeadLetterNotFound(_) => (Code::NotFound, "DEAD_LETTER_NOT_FOUND"),
         Error::DeadlineMoved => (Code::FailedPrecondition, "DEADLINE_MOVED"),
         Error::NoActivePlan => (Code::FailedPrecondition, "NO_ACTIVE_PLAN"),
         Error::StepNotFound(step) => {

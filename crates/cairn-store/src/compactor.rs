@@ -86,6 +86,12 @@ pub async fn compact_once(store: &Store, retention: Retention) -> Result<bool> {
             Ok((compact, target))
         })
         .await?;
+    // The log is the webhooks' outbox: what a subscription has not handled
+    // yet stays, however old.
+    let target = match store.oldest_undelivered().await? {
+        Some(oldest) => target.min(oldest.saturating_sub(1)),
+        None => target,
+    };
     if target <= compact {
         return Ok(false);
     }

@@ -26,6 +26,8 @@
 //! - [`deadlines`]: approval deadlines that act, and the driver that
 //!   applies each as it passes;
 //! - [`compactor`]: trimming the log; [`health`]: whether the store serves;
+//! - [`webhooks`]: webhook subscriptions and their outbox, the log read
+//!   from a durable cursor per subscription;
 //! - [`telemetry`]: the store's metrics (commits, revisions, watch streams).
 //!
 //! Every mutation gets its own revision (+1, store-wide) and one log entry
@@ -52,6 +54,7 @@ pub mod records;
 pub mod seam;
 pub mod store;
 pub mod telemetry;
+pub mod webhooks;
 
 pub use clock::now_micros;
 pub use health::Readiness;

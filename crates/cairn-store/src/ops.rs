@@ -11,11 +11,12 @@ use std::collections::HashMap;
 
 use cairn_core::access::{self, Action, Caller, Role, SessionFacts};
 use cairn_core::command::{
-    Command, LeaseOp, PlanOutcome, PlanWrite, PrincipalCommand, SessionCommand, SessionPatch,
-    TodoCommand,
+    Command, Decision, LeaseOp, PlanCommand, PlanOutcome, PlanWrite, PrincipalCommand,
+    SessionCommand, SessionPatch, TodoCommand,
 };
+use cairn_core::deadline::Deadline;
 use cairn_core::error::{Error, Result};
-use cairn_core::inbox;
+use cairn_core::inbox::{self, Awaited};
 use cairn_core::liveness::{self, Lease, Liveness};
 use cairn_core::plan_mode::PlanModeState;
 use cairn_core::session::{self, Session};
@@ -23,7 +24,8 @@ use cairn_core::todo::{self, TodoInput};
 use cairn_core::{Limits, SessionPlan, check_expected_revision};
 
 use crate::records::{
-    Event, EventKind, EventObject, InboxItem, PlanRecord, PrincipalRecord, SessionPage, TodoRecord,
+    Decided, Event, EventKind, EventObject, InboxItem, PlanRecord, PrincipalRecord, Resolution,
+    SessionPage, TodoRecord,
 };
 use crate::seam::{Ctx, ReadTxn};
 
@@ -479,7 +481,16 @@ fn delete_session(
     for (s, chain) in doomed {
         let sid = s.session_id.as_str();
         if let Some(p) = ctx.txn.plan(sid)? {
-            let waits = waits_changed(&s, &p.plan.mode, &PlanModeState::default(), &chain);
+            let mut waits = waits_changed(&s, &p.plan.mode, &PlanModeState::default(), &chain);
+            for e in &mut waits {
+                if let EventObject::Inbox(item) = &mut e.object {
+                    item.resolution = Some(Resolution {
+                        decision: Decided::Withdrawn,
+                        by: String::new(),
+                        reason: String::new(),
+                    });
+                }
+            }
             index_waits(ctx, &waits)?;
             events.extend(waits);
         }
@@ -500,6 +511,48 @@ fn delete_session(
     let rev = ctx.commit(events)?;
     Ok((ids, rev))
 }
+
+/// How `command` ended the wait of `item` (a removal it caused).
+fn resolution(command: &PlanCommand, item: &InboxItem, caller: &Caller) -> Resolution {
+    let by = access::submitter_id(caller);
+    let decided = |decision, by, reason| Resolution {
+        decision,
+        by,
+        reason,
+    };
+    match (command, item.key.item) {
+        (PlanCommand::Approve { approver }, Awaited::Plan) => decided(
+            Decided::Approved,
+            access::approver_id(caller, approver.clone()),
+            String::new(),
+        ),
+        (PlanCommand::Reject { reason }, Awaited::Plan) => {
+            decided(Decided::Rejected, by, reason.clone())
+        }
+        (
+            PlanCommand::DecideModification {
+                modification_id,
+                decision,
+            },
+            Awaited::Modification(id),
+        ) if *modification_id == id => {
+            let d = match decision {
+                Decision::Approve => Decided::Approved,
+                Decision::Reject => Decided::Rejected,
+            };
+            decided(d, by, String::new())
+        }
+        (PlanCommand::Deadline { item: passed, .. }, waited) if *passed == waited => decided(
+            Decided::Rejected,
+            DEADLINE_PRINCIPAL.to_owned(),
+            item.deadline.as_ref().map(Deadline::reason).unwrap_or_default(),
+        ),
+        _ => decided(Decided::Withdrawn, String::new(), String::new()),
+    }
+}
+
+/// Who a deadline's rejection is recorded as.
+pub const DEADLINE_PRINCIPAL: &str = "cairn:deadline";
 
 /// Keeps the inbox index in step with one session's waiting items, in the
 /// revision that changes them.
@@ -565,6 +618,8 @@ pub enum Applied {
     Principal(PrincipalRecord),
     /// A deleted principal.
     PrincipalDeleted,
+    /// A webhook subscription changed.
+    Webhook,
 }
 
 impl Applied {
@@ -618,6 +673,7 @@ impl Applied {
             Applied::Todos(_) => "a todo list",
             Applied::Principal(_) => "a principal",
             Applied::PrincipalDeleted => "a deleted principal",
+            Applied::Webhook => "a webhook change",
         };
         Error::Internal(format!("expected {wanted} from a command, got {got}"))
     }
@@ -672,6 +728,7 @@ pub fn apply(
                 write_todos(ctx, agent_id, items.clone(), *expected_revision, limits)?;
             Ok((Applied::Todos(list), rev))
         }
+        Command::Webhook(c) => Ok((Applied::Webhook, crate::webhooks::apply(ctx, caller, c)?)),
         Command::Principal(c) => {
             access::check_admin(caller)?;
             match c {
@@ -812,7 +869,14 @@ fn plan(
     // 4. The rule, on a copy.
     let mut plan = record.plan.clone();
     let (outcome, history) = command.run(&mut plan, caller, ctx.now, limits)?;
-    let waits = waits_changed(&session, &record.plan.mode, &plan.mode, &chain);
+    let mut waits = waits_changed(&session, &record.plan.mode, &plan.mode, &chain);
+    for e in &mut waits {
+        if let EventObject::Inbox(item) = &mut e.object
+            && e.kind == EventKind::InboxRemoved
+        {
+            item.resolution = Some(resolution(command, item, caller));
+        }
+    }
     // 5.
     let history_from = record.history_len;
     record.history_len += history.len() as u64;
@@ -845,7 +909,9 @@ fn plan(
     }
     ctx.txn.put_plan(session_id, &encoded)?;
     index_waits(ctx, &waits)?;
-    events.push(Event::plan(&session, &record, chain));
+    let mut event = Event::plan(&session, &record, chain);
+    event.closed = history.last().map(|h| h.outcome);
+    events.push(event);
     events.extend(waits);
     let rev = ctx.commit(events)?;
     Ok((

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use cairn_core::access::{Caller, Principal};
 use cairn_core::deadline::Deadline;
 use cairn_core::inbox::{Awaited, Awaiting};
-use cairn_core::plan_mode::{Modification, PlanModeState};
+use cairn_core::plan_mode::{Modification, Outcome, PlanModeState};
 use cairn_core::session::Session;
 use cairn_core::todo::TodoItem;
 use cairn_core::{Micros, SessionPlan};
@@ -72,6 +72,32 @@ pub struct InboxItem {
     /// What happens if nobody decides in time.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deadline: Option<Deadline>,
+    /// On a removal: how it stopped waiting.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resolution: Option<Resolution>,
+}
+
+/// How an item stopped waiting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Decided {
+    Approved,
+    Rejected,
+    /// Nobody decided: its plan completed or was superseded, or its
+    /// session was deleted.
+    Withdrawn,
+}
+
+/// Who decided on an item, and how.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Resolution {
+    pub decision: Decided,
+    /// The deciding principal (empty with authentication off), or
+    /// `cairn:deadline` for a deadline's rejection.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub by: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub reason: String,
 }
 
 impl InboxItem {
@@ -104,6 +130,7 @@ impl InboxItem {
             }
         };
         Some(InboxItem {
+            resolution: None,
             deadline: mode.deadline_of(key.item).cloned(),
             key,
             goal: mode.goal.clone(),
@@ -199,6 +226,11 @@ pub struct Event {
     /// below it changed too.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub moved: bool,
+    /// For a plan event: the plan closed in this revision, and how
+    /// (completed, rejected, superseded): what `plan.completed` webhooks
+    /// are told from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub closed: Option<Outcome>,
 }
 
 impl Event {
@@ -215,6 +247,7 @@ impl Event {
             previous_ancestors: Vec::new(),
             previous_agent_id: String::new(),
             moved: false,
+            closed: None,
         }
     }
 
@@ -231,6 +264,7 @@ impl Event {
             previous_ancestors: Vec::new(),
             previous_agent_id: String::new(),
             moved: false,
+            closed: None,
         }
     }
 
@@ -247,6 +281,7 @@ impl Event {
             previous_ancestors: Vec::new(),
             previous_agent_id: String::new(),
             moved: false,
+            closed: None,
         }
     }
 
@@ -267,6 +302,7 @@ impl Event {
             previous_ancestors: Vec::new(),
             previous_agent_id: String::new(),
             moved: false,
+            closed: None,
         }
     }
 
@@ -283,6 +319,7 @@ impl Event {
             previous_ancestors: Vec::new(),
             previous_agent_id: String::new(),
             moved: false,
+            closed: None,
         }
     }
 

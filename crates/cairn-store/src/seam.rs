@@ -64,6 +64,18 @@ pub trait ReadTxn {
     /// Items awaiting approval, oldest first, strictly after `after`, at
     /// most `limit`.
     fn awaiting_after(&self, after: Option<&Awaiting>, limit: usize) -> Result<Vec<Awaiting>>;
+    /// A value of the auxiliary key space `space` (records that are not
+    /// resources: webhook subscriptions, their delivery cursors, dead
+    /// letters).
+    fn aux(&self, space: &str, key: &str) -> Result<Option<Vec<u8>>>;
+    /// Values of `space` ordered by key, strictly after `after`, at most
+    /// `limit`.
+    fn aux_after(
+        &self,
+        space: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<(String, Vec<u8>)>>;
     fn principal(&self, id: &str) -> Result<Option<PrincipalRecord>>;
     /// The principal whose token has this hex SHA-256.
     fn principal_by_token(&self, token_sha256: &str) -> Result<Option<PrincipalRecord>>;
@@ -113,6 +125,8 @@ pub trait WriteTxn: ReadTxn {
     fn put_awaiting(&mut self, key: &Awaiting) -> Result<()>;
     fn delete_awaiting(&mut self, key: &Awaiting) -> Result<()>;
     /// Stores a principal and indexes its token hash.
+    fn put_aux(&mut self, space: &str, key: &str, value: &[u8]) -> Result<()>;
+    fn delete_aux(&mut self, space: &str, key: &str) -> Result<()>;
     fn put_principal(&mut self, p: &PrincipalRecord) -> Result<()>;
     /// Removes a principal and its token hash.
     fn delete_principal(&mut self, p: &PrincipalRecord) -> Result<()>;
@@ -196,6 +210,21 @@ impl<'a> Ctx<'a> {
     /// the compact revision. Not a mutation: no revision, no event.
     pub fn compact_log(&mut self, upto: u64) -> Result<()> {
         self.txn.compact_log(upto)?;
+        self.maintenance = true;
+        Ok(())
+    }
+
+    /// Writes an auxiliary value (a delivery cursor, a dead letter). Not a
+    /// mutation: no revision, no event.
+    pub fn put_aux(&mut self, space: &str, key: &str, value: &[u8]) -> Result<()> {
+        self.txn.put_aux(space, key, value)?;
+        self.maintenance = true;
+        Ok(())
+    }
+
+    /// Deletes an auxiliary value; like [`Ctx::put_aux`], no revision.
+    pub fn delete_aux(&mut self, space: &str, key: &str) -> Result<()> {
+        self.txn.delete_aux(space, key)?;
         self.maintenance = true;
         Ok(())
     }

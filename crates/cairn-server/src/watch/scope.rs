@@ -130,6 +130,7 @@ impl Scope {
             previous_ancestors: Vec::new(),
             previous_agent_id: String::new(),
             moved: false,
+            closed: None,
         })
     }
 

@@ -1,0 +1,396 @@
+//! Webhooks through the store: subscriptions, and the outbox they are
+//! delivered from.
+//!
+//! ```text
+//!  the log (every committed revision) ── notifications(rev) ──▶ what a
+//!      subscription wants, in revision order
+//!  cursor   aux "webhook-cursor"/{id}: the last revision handled (delivered
+//!           or dead-lettered); a delivery is at least once because the
+//!           cursor moves only after it
+//!  dead     aux "webhook-dead"/{id}/{revision:020}/{index:04}: given up
+//!  retry    aux "webhook-retry"/…: dead letters an admin queued again
+//! ```
+//!
+//! The outbox is the log itself: a committed revision's notifications are
+//! durable with it, and a server killed between the commit and a delivery
+//! delivers from the cursor when it starts again. The compactor keeps
+//! every revision a subscription has not handled yet
+//! ([`Store::oldest_undelivered`]).
+
+use cairn_core::access::{self, Caller};
+use cairn_core::command::WebhookCommand;
+use cairn_core::error::{Error, Result};
+use cairn_core::liveness::Liveness;
+use cairn_core::plan_mode::Outcome;
+use cairn_core::webhook::{EventType, Webhook};
+use cairn_core::{Micros, rfc3339};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use crate::codec;
+use crate::records::{Decided, EventKind, EventObject, Revision};
+use crate::seam::{Ctx, ReadTxn};
+use crate::store::Store;
+
+/// Subscriptions, by id.
+pub const WEBHOOKS: &str = "webhook";
+/// Each subscription's last handled revision.
+pub const CURSORS: &str = "webhook-cursor";
+/// Deliveries given up on.
+pub const DEAD: &str = "webhook-dead";
+/// Dead letters queued for delivery again.
+pub const RETRY: &str = "webhook-retry";
+
+/// One thing to tell a subscription: its type, where it comes from, and
+/// the body (`type`, `timestamp`, `data` with the revision).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Notification {
+    pub kind: EventType,
+    pub revision: u64,
+    /// Its place among the revision's notifications.
+    pub index: u32,
+    pub session_id: String,
+    pub ancestors: Vec<String>,
+    pub body: Value,
+}
+
+impl Notification {
+    /// Where it is kept if given up on: orders dead letters by revision.
+    pub fn key(&self, webhook_id: &str) -> String {
+        format!("{webhook_id}/{:020}/{:04}", self.revision, self.index)
+    }
+
+    /// The `webhook-id` of its deliveries: the same for every attempt, so
+    /// a receiver can drop a repeat.
+    pub fn message_id(&self, webhook_id: &str) -> String {
+        format!("msg_{webhook_id}_{}_{}", self.revision, self.index)
+    }
+}
+
+/// A delivery given up on.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DeadLetter {
+    pub notification: Notification,
+    pub attempts: u32,
+    pub last_error: String,
+    pub dead_time: Micros,
+}
+
+/// What a committed revision tells webhooks, in the order of its events.
+pub fn notifications(rev: &Revision) -> Vec<Notification> {
+    let mut out = Vec::new();
+    for e in &rev.events {
+        let (kind, what, value) = match (&e.kind, &e.object) {
+            (EventKind::InboxAdded, EventObject::Inbox(item)) => {
+                let escalated = item
+                    .deadline
+                    .as_ref()
+                    .is_some_and(|d| !d.escalated_to.is_empty() && d.escalate_time == rev.time);
+                let kind = if escalated {
+                    EventType::ApprovalEscalated
+                } else {
+                    EventType::ApprovalRequested
+                };
+                (kind, "item", serde_json::to_value(item))
+            }
+            (EventKind::InboxRemoved, EventObject::Inbox(item))
+                if item
+                    .resolution
+                    .as_ref()
+                    .is_some_and(|r| r.decision != Decided::Withdrawn) =>
+            {
+                (EventType::ApprovalDecided, "item", serde_json::to_value(item))
+            }
+            (EventKind::PlanUpdated, EventObject::Plan(plan))
+                if e.closed == Some(Outcome::Completed) =>
+            {
+                (EventType::PlanCompleted, "plan", serde_json::to_value(plan))
+            }
+            (EventKind::SessionUpdated, EventObject::Session(s))
+                if s
+                    .lease
+                    .as_ref()
+                    .is_some_and(|l| l.state == Liveness::Lost && l.since == rev.time) =>
+            {
+                (EventType::SessionLost, "session", serde_json::to_value(s))
+            }
+            _ => continue,
+        };
+        let Ok(value) = value else { continue };
+        let index = u32::try_from(out.len()).unwrap_or(u32::MAX);
+        out.push(Notification {
+            kind,
+            revision: rev.revision,
+            index,
+            session_id: e.session_id.clone(),
+            ancestors: e.ancestors.clone(),
+            body: json!({
+                "type": kind.name(),
+                "timestamp": rfc3339(rev.time),
+                "data": {
+                    "revision": rev.revision,
+                    "session_id": e.session_id,
+                    "agent_id": e.agent_id,
+                    "ancestors": e.ancestors,
+                    what: value,
+                },
+            }),
+        });
+    }
+    out
+}
+
+/// A webhook command, inside the write: admins only; each is a revision
+/// (without events: nothing a watcher follows changed).
+pub fn apply(ctx: &mut Ctx<'_>, caller: &Caller, c: &WebhookCommand) -> Result<u64> {
+    access::check_admin(caller)?;
+    match c {
+        WebhookCommand::Create(w) => {
+            if ctx.txn.aux(WEBHOOKS, &w.webhook_id)?.is_some() {
+                return Err(Error::WebhookExists(w.webhook_id.clone()));
+            }
+            let mut w = w.clone();
+            w.revision = ctx.next_revision();
+            w.create_time = ctx.now;
+            ctx.txn.put_aux(WEBHOOKS, &w.webhook_id, &codec::encode(&w)?)?;
+        }
+        WebhookCommand::Delete { webhook_id } => {
+            if ctx.txn.aux(WEBHOOKS, webhook_id)?.is_none() {
+                return Err(Error::WebhookNotFound(webhook_id.clone()));
+            }
+            ctx.txn.delete_aux(WEBHOOKS, webhook_id)?;
+            ctx.txn.delete_aux(CURSORS, webhook_id)?;
+            for space in [DEAD, RETRY] {
+                for (key, _) in letters(ctx.txn, space, webhook_id, None, usize::MAX)? {
+                    ctx.txn.delete_aux(space, &key)?;
+                }
+            }
+        }
+        WebhookCommand::Retry { webhook_id, key } => {
+            let letter = match key.strip_prefix(&format!("{webhook_id}/")) {
+                Some(_) => ctx.txn.aux(DEAD, key)?,
+                None => None,
+            };
+            let Some(letter) = letter else {
+                return Err(Error::DeadLetterNotFound(key.clone()));
+            };
+            ctx.txn.delete_aux(DEAD, key)?;
+            ctx.txn.put_aux(RETRY, key, &letter)?;
+        }
+    }
+    ctx.commit(Vec::new())
+}
+
+/// Entries of `space` for one subscription, after `after`, at most `limit`.
+fn letters(
+    v: &dyn ReadTxn,
+    space: &str,
+    webhook_id: &str,
+    after: Option<&str>,
+    limit: usize,
+) -> Result<Vec<(String, Vec<u8>)>> {
+    let prefix = format!("{webhook_id}/");
+    let mut out = Vec::new();
+    let mut cursor = after.map_or_else(|| prefix.clone(), str::to_owned);
+    while out.len() < limit {
+        let page = v.aux_after(space, Some(&cursor), 256)?;
+        let done = page.len() < 256;
+        for (key, value) in page {
+            if !key.starts_with(&prefix) || out.len() >= limit {
+                return Ok(out);
+            }
+            cursor.clone_from(&key);
+            out.push((key, value));
+        }
+        if done {
+            break;
+        }
+    }
+    Ok(out)
+}
+
+impl Store {
+    /// Every subscription, by id.
+    pub async fn webhooks(&self, caller: &Caller) -> Result<Vec<Webhook>> {
+        access::check_admin(caller)?;
+        self.read(|v| {
+            let mut out = Vec::new();
+            let mut after: Option<String> = None;
+            loop {
+                let page = v.aux_after(WEBHOOKS, after.as_deref(), 256)?;
+                let done = page.len() < 256;
+                for (key, value) in page {
+                    out.push(codec::decode::<Webhook>(&value)?);
+                    after = Some(key);
+                }
+                if done {
+                    return Ok(out);
+                }
+            }
+        })
+        .await
+    }
+
+    /// The last revision `w` handled.
+    pub async fn webhook_cursor(&self, w: &Webhook) -> Result<u64> {
+        let (id, start) = (w.webhook_id.clone(), w.revision);
+        self.read(move |v| Ok(v.aux(CURSORS, &id)?.map_or(start, |b| cursor(&b))))
+            .await
+    }
+
+    /// Records that `webhook_id` handled everything up to `revision`, and
+    /// optionally a dead letter, in one durable write (no revision). A
+    /// subscription deleted meanwhile is left deleted.
+    pub async fn advance_webhook(
+        &self,
+        webhook_id: &str,
+        revision: u64,
+        dead: Option<DeadLetter>,
+    ) -> Result<()> {
+        let id = webhook_id.to_owned();
+        let dead = dead
+            .map(|d| Ok::<_, Error>((d.notification.key(&id), codec::encode(&d)?)))
+            .transpose()?;
+        self.write(64, move |ctx| {
+            if ctx.txn.aux(WEBHOOKS, &id)?.is_none() {
+                return Ok(());
+            }
+            ctx.put_aux(CURSORS, &id, &revision.to_be_bytes())?;
+            if let Some((key, letter)) = &dead {
+                ctx.put_aux(DEAD, key, letter)?;
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    /// Dead letters of a subscription (from `space`: [`DEAD`], or
+    /// [`RETRY`] for those queued again), after the key `after`.
+    pub async fn dead_letters(
+        &self,
+        caller: &Caller,
+        space: &'static str,
+        webhook_id: &str,
+        after: Option<String>,
+        limit: usize,
+    ) -> Result<Vec<(String, DeadLetter)>> {
+        access::check_admin(caller)?;
+        let id = webhook_id.to_owned();
+        self.read(move |v| {
+            if v.aux(WEBHOOKS, &id)?.is_none() {
+                return Err(Error::WebhookNotFound(id));
+            }
+            letters(v, space, &id, after.as_deref(), limit)?
+                .into_iter()
+                .map(|(k, b)| Ok((k, codec::decode(&b)?)))
+                .collect()
+        })
+        .await
+    }
+
+    /// Drops a queued retry once it was handled again.
+    pub async fn retried(&self, key: String, dead: Option<DeadLetter>) -> Result<()> {
+        let dead = dead.map(|d| codec::encode(&d)).transpose()?;
+        self.write(64, move |ctx| {
+            ctx.delete_aux(RETRY, &key)?;
+            if let Some(letter) = &dead {
+                ctx.put_aux(DEAD, &key, letter)?;
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    /// The oldest revision some subscription has not handled yet: the
+    /// compactor keeps it and everything after.
+    pub async fn oldest_undelivered(&self) -> Result<Option<u64>> {
+        self.read(|v| {
+            let mut oldest: Option<u64> = None;
+            let mut after: Option<String> = None;
+            loop {
+                let page = v.aux_after(WEBHOOKS, after.as_deref(), 256)?;
+                let done = page.len() < 256;
+                for (key, value) in page {
+                    let w: Webhook = codec::decode(&value)?;
+                    let at = v.aux(CURSORS, &key)?.map_or(w.revision, |b| cursor(&b));
+                    oldest = Some(oldest.map_or(at + 1, |o| o.min(at + 1)));
+                    after = Some(key);
+                }
+                if done {
+                    return Ok(oldest);
+                }
+            }
+        })
+        .await
+    }
+}
+
+fn cursor(bytes: &[u8]) -> u64 {
+    bytes
+        .try_into()
+        .map(u64::from_be_bytes)
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::records::{Event, InboxItem, Resolution};
+    use cairn_core::inbox::{Awaited, Awaiting};
+    use cairn_core::session::Session;
+
+    fn item(resolution: Option<Resolution>) -> InboxItem {
+        InboxItem {
+            key: Awaiting {
+                since: 1,
+                session_id: "coder".into(),
+                item: Awaited::Plan,
+            },
+            session: Session {
+                session_id: "coder".into(),
+                ..Session::default()
+            },
+            goal: String::new(),
+            plan_id: "p".into(),
+            summary: "s".into(),
+            modification: None,
+            submitted_by: String::new(),
+            deadline: None,
+            resolution,
+        }
+    }
+
+    #[test]
+    fn a_revision_tells_what_happened_and_withdrawals_tell_nothing() {
+        let decided = Resolution {
+            decision: Decided::Rejected,
+            by: "lead".into(),
+            reason: "no".into(),
+        };
+        let withdrawn = Resolution {
+            decision: Decided::Withdrawn,
+            by: String::new(),
+            reason: String::new(),
+        };
+        let rev = Revision {
+            revision: 7,
+            time: 1_000_000,
+            events: vec![
+                Event::inbox(EventKind::InboxAdded, item(None), vec!["orch".into()]),
+                Event::inbox(EventKind::InboxRemoved, item(Some(decided)), vec![]),
+                Event::inbox(EventKind::InboxRemoved, item(Some(withdrawn)), vec![]),
+            ],
+        };
+        let n = notifications(&rev);
+        let kinds: Vec<_> = n.iter().map(|n| (n.kind, n.index)).collect();
+        assert_eq!(
+            kinds,
+            vec![(EventType::ApprovalRequested, 0), (EventType::ApprovalDecided, 1)]
+        );
+        assert_eq!(n[0].body["data"]["revision"], 7);
+        assert_eq!(n[0].body["type"], "approval.requested");
+        assert_eq!(n[0].ancestors, vec!["orch".to_owned()]);
+        assert_eq!(n[1].body["data"]["item"]["resolution"]["reason"], "no");
+        assert_eq!(n[1].key("ops"), "ops/00000000000000000007/0001");
+    }
+}
