@@ -9,9 +9,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::Micros;
-use crate::deadline::Deadline;
 use crate::error::{Error, Result};
-use crate::plan_mode::PlanModeState;
 
 /// One item of a session awaiting approval.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -72,41 +70,6 @@ impl Awaiting {
             session_id: session_id.to_owned(),
             item,
         })
-    }
-}
-
-impl PlanModeState {
-    /// What of this session awaits approval, with when it started waiting.
-    pub fn awaiting(&self, session_id: &str) -> Vec<Awaiting> {
-        // Collected, not pre-sized: every plan write asks this twice, and
-        // most plans await nothing, which then allocates nothing.
-        let key = |since, item| Awaiting {
-            since,
-            session_id: session_id.to_owned(),
-            item,
-        };
-        let plan = self
-            .pending
-            .iter()
-            .map(|p| key(p.submit_time, Awaited::Plan));
-        let modifications = self
-            .modifications
-            .iter()
-            .map(|m| key(m.create_time, Awaited::Modification(m.id)));
-        plan.chain(modifications).collect()
-    }
-
-    /// The approval deadline of a waiting item, if it has one.
-    pub fn deadline_of(&self, item: Awaited) -> Option<&Deadline> {
-        match item {
-            Awaited::Plan => self.pending.as_ref()?.deadline.as_ref(),
-            Awaited::Modification(id) => self
-                .modifications
-                .iter()
-                .find(|m| m.id == id)?
-                .deadline
-                .as_ref(),
-        }
     }
 }
 

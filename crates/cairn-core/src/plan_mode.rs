@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::deadline::{Deadline, DeadlineRequest, Enforced};
 use crate::error::{Error, Result};
-use crate::inbox::Awaited;
+use crate::inbox::{Awaited, Awaiting};
 use crate::limits::Limits;
 use crate::plan::{Checklist, PlanItem, PlanSource, StepStatus};
 use crate::time::{Micros, civil_from_days};
@@ -230,6 +230,41 @@ pub struct PlanModeState {
     /// Next modification id; never reused within a session.
     #[serde(skip_serializing_if = "crate::is_zero")]
     pub next_modification_id: u32,
+}
+
+impl PlanModeState {
+    /// What of this session awaits approval, with when it started waiting.
+    pub fn awaiting(&self, session_id: &str) -> Vec<Awaiting> {
+        // Collected, not pre-sized: every plan write asks this twice, and
+        // most plans await nothing, which then allocates nothing.
+        let key = |since, item| Awaiting {
+            since,
+            session_id: session_id.to_owned(),
+            item,
+        };
+        let plan = self
+            .pending
+            .iter()
+            .map(|p| key(p.submit_time, Awaited::Plan));
+        let modifications = self
+            .modifications
+            .iter()
+            .map(|m| key(m.create_time, Awaited::Modification(m.id)));
+        plan.chain(modifications).collect()
+    }
+
+    /// The approval deadline of a waiting item, if it has one.
+    pub fn deadline_of(&self, item: Awaited) -> Option<&Deadline> {
+        match item {
+            Awaited::Plan => self.pending.as_ref()?.deadline.as_ref(),
+            Awaited::Modification(id) => self
+                .modifications
+                .iter()
+                .find(|m| m.id == id)?
+                .deadline
+                .as_ref(),
+        }
+    }
 }
 
 /// Approved modifications an active plan (and its history entry) keeps,

@@ -148,7 +148,10 @@ fn check_url(url: &str, allow_http: bool) -> Result<()> {
         return Err(Error::invalid(FIELD, "must name a host (and no user info)"));
     }
     if url.chars().any(|c| c.is_control() || c.is_whitespace()) {
-        return Err(Error::invalid(FIELD, "must not contain spaces or control characters"));
+        return Err(Error::invalid(
+            FIELD,
+            "must not contain spaces or control characters",
+        ));
     }
     Ok(())
 }
@@ -180,18 +183,38 @@ mod tests {
     #[test]
     fn urls_are_https_unless_allowed_and_types_are_known() {
         let l = Limits::default();
-        let ok = req("https://hooks.example/cairn", &["session.lost", "approval.requested", "session.lost"]);
+        let ok = req(
+            "https://hooks.example/cairn",
+            &["session.lost", "approval.requested", "session.lost"],
+        );
         assert_eq!(
             ok.validate(false, &l).unwrap(),
             vec![EventType::ApprovalRequested, EventType::SessionLost]
         );
         let plain = req("http://127.0.0.1:9/x", &["plan.completed"]);
-        assert!(plain.validate(false, &l).unwrap_err().to_string().contains("--webhook-allow-http"));
+        assert!(
+            plain
+                .validate(false, &l)
+                .unwrap_err()
+                .to_string()
+                .contains("--webhook-allow-http")
+        );
         assert!(plain.validate(true, &l).is_ok());
-        for bad in ["ftp://x", "https://", "https://user@host/", "https://a b", "javascript:alert(1)"] {
-            assert!(req(bad, &["plan.completed"]).validate(true, &l).is_err(), "{bad}");
+        for bad in [
+            "ftp://x",
+            "https://",
+            "https://user@host/",
+            "https://a b",
+            "javascript:alert(1)",
+        ] {
+            assert!(
+                req(bad, &["plan.completed"]).validate(true, &l).is_err(),
+                "{bad}"
+            );
         }
-        let unknown = req("https://h/", &["plan.done"]).validate(false, &l).unwrap_err();
+        let unknown = req("https://h/", &["plan.done"])
+            .validate(false, &l)
+            .unwrap_err();
         assert!(unknown.to_string().contains("event_types[0]"), "{unknown}");
         assert!(req("https://h/", &[]).validate(false, &l).is_err());
     }

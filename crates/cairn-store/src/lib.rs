@@ -23,11 +23,12 @@
 //! - [`lessor`]: the leases a server follows: signs of life in memory, a
 //!   deadline index of what is due; [`liveness`]: keep-alives, and the
 //!   driver that writes each transition as a command;
-//! - [`deadlines`]: approval deadlines that act, and the driver that
-//!   applies each as it passes;
+//! - [`deadlines`]: the approval deadlines that act, queued;
+//!   [`approvals`]: the driver that applies each as it passes;
 //! - [`compactor`]: trimming the log; [`health`]: whether the store serves;
-//! - [`webhooks`]: webhook subscriptions and their outbox, the log read
-//!   from a durable cursor per subscription;
+//! - [`webhooks`]: webhook subscriptions and what a revision tells them;
+//!   [`outbox`]: the log read from a durable cursor per subscription,
+//!   dead letters;
 //! - [`telemetry`]: the store's metrics (commits, revisions, watch streams).
 //!
 //! Every mutation gets its own revision (+1, store-wide) and one log entry
@@ -38,6 +39,7 @@
 //! This crate must never import the server, the clients or the generated
 //! API: it speaks `cairn-core` types only.
 
+pub mod approvals;
 pub mod cache;
 pub mod clock;
 pub mod codec;
@@ -49,6 +51,7 @@ pub mod inbox;
 pub mod lessor;
 pub mod liveness;
 pub mod ops;
+pub mod outbox;
 pub mod reads;
 pub mod records;
 pub mod seam;

@@ -545,7 +545,10 @@ fn resolution(command: &PlanCommand, item: &InboxItem, caller: &Caller) -> Resol
         (PlanCommand::Deadline { item: passed, .. }, waited) if *passed == waited => decided(
             Decided::Rejected,
             DEADLINE_PRINCIPAL.to_owned(),
-            item.deadline.as_ref().map(Deadline::reason).unwrap_or_default(),
+            item.deadline
+                .as_ref()
+                .map(Deadline::reason)
+                .unwrap_or_default(),
         ),
         _ => decided(Decided::Withdrawn, String::new(), String::new()),
     }

@@ -14,15 +14,15 @@
 //! The outbox is the log itself: a committed revision's notifications are
 //! durable with it, and a server killed between the commit and a delivery
 //! delivers from the cursor when it starts again. The compactor keeps
-//! every revision a subscription has not handled yet
-//! ([`Store::oldest_undelivered`]).
+//! every revision a subscription has not handled yet. What the deliverer
+//! reads and writes through the store is in [`crate::outbox`].
 
 use cairn_core::access::{self, Caller};
 use cairn_core::command::WebhookCommand;
 use cairn_core::error::{Error, Result};
 use cairn_core::liveness::Liveness;
 use cairn_core::plan_mode::Outcome;
-use cairn_core::webhook::{EventType, Webhook};
+use cairn_core::webhook::EventType;
 use cairn_core::{Micros, rfc3339};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -30,7 +30,6 @@ use serde_json::{Value, json};
 use crate::codec;
 use crate::records::{Decided, EventKind, EventObject, Revision};
 use crate::seam::{Ctx, ReadTxn};
-use crate::store::Store;
 
 /// Subscriptions, by id.
 pub const WEBHOOKS: &str = "webhook";
@@ -99,7 +98,11 @@ pub fn notifications(rev: &Revision) -> Vec<Notification> {
                     .as_ref()
                     .is_some_and(|r| r.decision != Decided::Withdrawn) =>
             {
-                (EventType::ApprovalDecided, "item", serde_json::to_value(item))
+                (
+                    EventType::ApprovalDecided,
+                    "item",
+                    serde_json::to_value(item),
+                )
             }
             (EventKind::PlanUpdated, EventObject::Plan(plan))
                 if e.closed == Some(Outcome::Completed) =>
@@ -107,8 +110,7 @@ pub fn notifications(rev: &Revision) -> Vec<Notification> {
                 (EventType::PlanCompleted, "plan", serde_json::to_value(plan))
             }
             (EventKind::SessionUpdated, EventObject::Session(s))
-                if s
-                    .lease
+                if s.lease
                     .as_ref()
                     .is_some_and(|l| l.state == Liveness::Lost && l.since == rev.time) =>
             {
@@ -152,7 +154,8 @@ pub fn apply(ctx: &mut Ctx<'_>, caller: &Caller, c: &WebhookCommand) -> Result<u
             let mut w = w.clone();
             w.revision = ctx.next_revision();
             w.create_time = ctx.now;
-            ctx.txn.put_aux(WEBHOOKS, &w.webhook_id, &codec::encode(&w)?)?;
+            ctx.txn
+                .put_aux(WEBHOOKS, &w.webhook_id, &codec::encode(&w)?)?;
         }
         WebhookCommand::Delete { webhook_id } => {
             if ctx.txn.aux(WEBHOOKS, webhook_id)?.is_none() {
@@ -182,7 +185,7 @@ pub fn apply(ctx: &mut Ctx<'_>, caller: &Caller, c: &WebhookCommand) -> Result<u
 }
 
 /// Entries of `space` for one subscription, after `after`, at most `limit`.
-fn letters(
+pub(crate) fn letters(
     v: &dyn ReadTxn,
     space: &str,
     webhook_id: &str,
@@ -209,127 +212,9 @@ fn letters(
     Ok(out)
 }
 
-impl Store {
-    /// Every subscription, by id.
-    pub async fn webhooks(&self, caller: &Caller) -> Result<Vec<Webhook>> {
-        access::check_admin(caller)?;
-        self.read(|v| {
-            let mut out = Vec::new();
-            let mut after: Option<String> = None;
-            loop {
-                let page = v.aux_after(WEBHOOKS, after.as_deref(), 256)?;
-                let done = page.len() < 256;
-                for (key, value) in page {
-                    out.push(codec::decode::<Webhook>(&value)?);
-                    after = Some(key);
-                }
-                if done {
-                    return Ok(out);
-                }
-            }
-        })
-        .await
-    }
-
-    /// The last revision `w` handled.
-    pub async fn webhook_cursor(&self, w: &Webhook) -> Result<u64> {
-        let (id, start) = (w.webhook_id.clone(), w.revision);
-        self.read(move |v| Ok(v.aux(CURSORS, &id)?.map_or(start, |b| cursor(&b))))
-            .await
-    }
-
-    /// Records that `webhook_id` handled everything up to `revision`, and
-    /// optionally a dead letter, in one durable write (no revision). A
-    /// subscription deleted meanwhile is left deleted.
-    pub async fn advance_webhook(
-        &self,
-        webhook_id: &str,
-        revision: u64,
-        dead: Option<DeadLetter>,
-    ) -> Result<()> {
-        let id = webhook_id.to_owned();
-        let dead = dead
-            .map(|d| Ok::<_, Error>((d.notification.key(&id), codec::encode(&d)?)))
-            .transpose()?;
-        self.write(64, move |ctx| {
-            if ctx.txn.aux(WEBHOOKS, &id)?.is_none() {
-                return Ok(());
-            }
-            ctx.put_aux(CURSORS, &id, &revision.to_be_bytes())?;
-            if let Some((key, letter)) = &dead {
-                ctx.put_aux(DEAD, key, letter)?;
-            }
-            Ok(())
-        })
-        .await
-    }
-
-    /// Dead letters of a subscription (from `space`: [`DEAD`], or
-    /// [`RETRY`] for those queued again), after the key `after`.
-    pub async fn dead_letters(
-        &self,
-        caller: &Caller,
-        space: &'static str,
-        webhook_id: &str,
-        after: Option<String>,
-        limit: usize,
-    ) -> Result<Vec<(String, DeadLetter)>> {
-        access::check_admin(caller)?;
-        let id = webhook_id.to_owned();
-        self.read(move |v| {
-            if v.aux(WEBHOOKS, &id)?.is_none() {
-                return Err(Error::WebhookNotFound(id));
-            }
-            letters(v, space, &id, after.as_deref(), limit)?
-                .into_iter()
-                .map(|(k, b)| Ok((k, codec::decode(&b)?)))
-                .collect()
-        })
-        .await
-    }
-
-    /// Drops a queued retry once it was handled again.
-    pub async fn retried(&self, key: String, dead: Option<DeadLetter>) -> Result<()> {
-        let dead = dead.map(|d| codec::encode(&d)).transpose()?;
-        self.write(64, move |ctx| {
-            ctx.delete_aux(RETRY, &key)?;
-            if let Some(letter) = &dead {
-                ctx.put_aux(DEAD, &key, letter)?;
-            }
-            Ok(())
-        })
-        .await
-    }
-
-    /// The oldest revision some subscription has not handled yet: the
-    /// compactor keeps it and everything after.
-    pub async fn oldest_undelivered(&self) -> Result<Option<u64>> {
-        self.read(|v| {
-            let mut oldest: Option<u64> = None;
-            let mut after: Option<String> = None;
-            loop {
-                let page = v.aux_after(WEBHOOKS, after.as_deref(), 256)?;
-                let done = page.len() < 256;
-                for (key, value) in page {
-                    let w: Webhook = codec::decode(&value)?;
-                    let at = v.aux(CURSORS, &key)?.map_or(w.revision, |b| cursor(&b));
-                    oldest = Some(oldest.map_or(at + 1, |o| o.min(at + 1)));
-                    after = Some(key);
-                }
-                if done {
-                    return Ok(oldest);
-                }
-            }
-        })
-        .await
-    }
-}
-
-fn cursor(bytes: &[u8]) -> u64 {
-    bytes
-        .try_into()
-        .map(u64::from_be_bytes)
-        .unwrap_or_default()
+/// A stored cursor's revision.
+pub(crate) fn cursor(bytes: &[u8]) -> u64 {
+    bytes.try_into().map(u64::from_be_bytes).unwrap_or_default()
 }
 
 #[cfg(test)]
@@ -385,7 +270,10 @@ mod tests {
         let kinds: Vec<_> = n.iter().map(|n| (n.kind, n.index)).collect();
         assert_eq!(
             kinds,
-            vec![(EventType::ApprovalRequested, 0), (EventType::ApprovalDecided, 1)]
+            vec![
+                (EventType::ApprovalRequested, 0),
+                (EventType::ApprovalDecided, 1)
+            ]
         );
         assert_eq!(n[0].body["data"]["revision"], 7);
         assert_eq!(n[0].body["type"], "approval.requested");
