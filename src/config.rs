@@ -15,6 +15,7 @@ use cairn_redb::RedbOptions;
 use cairn_server::auth::AuthMode;
 use cairn_server::conn::ConnLimits;
 use cairn_server::tls::TlsFiles;
+use cairn_server::webhooks::WebhookConfig;
 use cairn_server::{DEFAULT_BLOCKED_TOOLS, DEFAULT_MAX_REQUEST_BYTES, Policy, ServerConfig};
 use cairn_store::lessor::LeaseConfig;
 
@@ -196,6 +197,31 @@ pub struct ServeArgs {
     /// A renewing agent with no change of its plan for this long is IDLE.
     #[arg(long, env = "CAIRN_LEASE_IDLE", default_value = "5m", value_parser = parse_duration)]
     pub lease_idle: Duration,
+    /// Accept plain `http://` webhook URLs (a receiver on a trusted
+    /// network); without it only `https://`.
+    #[arg(long, env = "CAIRN_WEBHOOK_ALLOW_HTTP")]
+    pub webhook_allow_http: bool,
+    /// Attempts at one webhook delivery before it is dead-lettered.
+    #[arg(long, env = "CAIRN_WEBHOOK_MAX_ATTEMPTS", default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub webhook_max_attempts: u32,
+    /// Delay before a webhook delivery's first retry; each later one
+    /// doubles (with jitter), up to --webhook-max-backoff.
+    #[arg(long, env = "CAIRN_WEBHOOK_BACKOFF", default_value = "1s", value_parser = parse_duration)]
+    pub webhook_backoff: Duration,
+    /// Longest delay between two attempts at a webhook delivery.
+    #[arg(long, env = "CAIRN_WEBHOOK_MAX_BACKOFF", default_value = "5m", value_parser = parse_duration)]
+    pub webhook_max_backoff: Duration,
+    /// How long one webhook delivery attempt may take.
+    #[arg(long, env = "CAIRN_WEBHOOK_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    pub webhook_timeout: Duration,
+    /// Webhook deliveries in flight to one host at once.
+    #[arg(long, env = "CAIRN_WEBHOOK_PER_HOST", default_value_t = 4)]
+    pub webhook_per_host: usize,
+    /// File of the key webhook secrets are sealed with (32 bytes, made
+    /// 0600 when missing). Default: `webhook.key` in the data dir on redb;
+    /// on etcd every replica needs the same file, so it must be given.
+    #[arg(long, env = "CAIRN_WEBHOOK_KEY_FILE")]
+    pub webhook_key_file: Option<PathBuf>,
     /// Most revisions the event log keeps for replay.
     #[arg(long, env = "CAIRN_RETENTION_REVISIONS", default_value_t = Retention::default().revisions)]
     pub retention_revisions: u64,
@@ -356,6 +382,12 @@ impl ServeArgs {
 
     /// The server configuration these flags describe.
     pub fn server_config(&self) -> ServerConfig {
+        // Replicas share the store but not the renewals each receives:
+        // each names itself, once per process.
+        let holder = match self.backend {
+            BackendArg::Etcd => replica_name(),
+            BackendArg::Redb => String::new(),
+        };
         ServerConfig {
             progress_interval: self.progress_interval,
             web_listen: self.web_listen,
@@ -388,12 +420,23 @@ impl ServeArgs {
                 ttl_ms: millis(self.lease_ttl),
                 grace_ms: millis(self.lease_grace),
                 idle_after_ms: millis(self.lease_idle),
-                holder: match self.backend {
-                    // Replicas share the store but not the renewals each
-                    // receives: each names itself, once per process.
-                    BackendArg::Etcd => replica_name(),
-                    BackendArg::Redb => String::new(),
-                },
+                holder: holder.clone(),
+            },
+            webhooks: WebhookConfig {
+                allow_http: self.webhook_allow_http,
+                max_attempts: self.webhook_max_attempts,
+                backoff: self.webhook_backoff,
+                max_backoff: self.webhook_max_backoff.max(self.webhook_backoff),
+                timeout: self.webhook_timeout,
+                per_host: self.webhook_per_host.max(1),
+                key_file: self
+                    .webhook_key_file
+                    .clone()
+                    .or_else(|| match self.backend {
+                        BackendArg::Redb => Some(self.data_dir.join("webhook.key")),
+                        BackendArg::Etcd => None,
+                    }),
+                replica: holder,
             },
             conn: ConnLimits {
                 max_connections: self.max_connections.max(1),

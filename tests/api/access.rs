@@ -13,6 +13,7 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use cairn_api as pb;
+use cairn_api::admin_service_client::AdminServiceClient;
 use cairn_api::auth_service_client::AuthServiceClient;
 use cairn_api::plan_service_client::PlanServiceClient;
 use cairn_api::session_service_client::SessionServiceClient;
@@ -73,6 +74,12 @@ const MATRIX: &[(&str, &str, &str)] = &[
     ("DeletePrincipal", "YNNNN", "YNNNN"),
     ("RotateToken", "YNNNN", "YNNNN"),
     ("WhoAmI", "YYYYY", "YYYYY"),
+    // Webhooks are an admin's: subscriptions and their dead letters.
+    ("CreateWebhook", "YNNNN", "YNNNN"),
+    ("ListWebhooks", "YNNNN", "YNNNN"),
+    ("DeleteWebhook", "YNNNN", "YNNNN"),
+    ("ListDeadLetters", "YNNNN", "YNNNN"),
+    ("RetryDeadLetter", "YNNNN", "YNNNN"),
 ];
 
 const ADMIN_TOKEN: &str = "test-admin-token-0123456789";
@@ -84,6 +91,7 @@ struct As {
     todos: TodoServiceClient<Authed>,
     watch: WatchServiceClient<Authed>,
     auth: AuthServiceClient<Authed>,
+    admin: AdminServiceClient<Authed>,
 }
 
 impl As {
@@ -95,7 +103,20 @@ impl As {
             todos: TodoServiceClient::with_interceptor(channel.clone(), b()),
             watch: WatchServiceClient::with_interceptor(channel.clone(), b()),
             auth: AuthServiceClient::with_interceptor(channel.clone(), b()),
+            admin: AdminServiceClient::with_interceptor(channel.clone(), b()),
         }
+    }
+}
+
+/// A subscription request (its URL never resolves: deliveries only fail).
+fn hook(id: &str) -> pb::CreateWebhookRequest {
+    pb::CreateWebhookRequest {
+        webhook: Some(pb::Webhook {
+            webhook_id: id.into(),
+            url: "https://hooks.invalid/cairn".into(),
+            event_types: vec!["approval.requested".into()],
+            ..Default::default()
+        }),
     }
 }
 
@@ -620,6 +641,52 @@ async fn call(
             }
         }
         "WhoAmI" => code(who.auth.who_am_i(pb::WhoAmIRequest {}).await.map(drop)),
+        "CreateWebhook" => code(
+            who.admin
+                .create_webhook(hook(&format!("h{n}")))
+                .await
+                .map(drop),
+        ),
+        "ListWebhooks" => code(
+            who.admin
+                .list_webhooks(pb::ListWebhooksRequest {})
+                .await
+                .map(drop),
+        ),
+        "DeleteWebhook" | "ListDeadLetters" | "RetryDeadLetter" => {
+            // A subscription of its own, created by the admin.
+            let id = format!("hv{n}");
+            admin.admin.create_webhook(hook(&id)).await.unwrap();
+            let result = match rpc {
+                "DeleteWebhook" => who
+                    .admin
+                    .delete_webhook(pb::DeleteWebhookRequest { webhook_id: id })
+                    .await
+                    .map(drop),
+                "ListDeadLetters" => who
+                    .admin
+                    .list_dead_letters(pb::ListDeadLettersRequest {
+                        webhook_id: id,
+                        ..Default::default()
+                    })
+                    .await
+                    .map(drop),
+                _ => who
+                    .admin
+                    .retry_dead_letter(pb::RetryDeadLetterRequest {
+                        key: format!("{id}/00000000000000000001/0000"),
+                        webhook_id: id,
+                    })
+                    .await
+                    .map(drop),
+            };
+            match code(result) {
+                // Allowed: the right was granted, and there is no such
+                // dead letter to retry.
+                Code::NotFound if rpc == "RetryDeadLetter" => Code::Ok,
+                c => c,
+            }
+        }
         "WatchInbox" => {
             let stream = who
                 .watch

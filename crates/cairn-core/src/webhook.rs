@@ -163,7 +163,7 @@ impl Webhook {
         self.event_types.contains(&kind)
             && (self.session_root.is_empty()
                 || self.session_root == session_id
-                || ancestors.iter().any(|a| *a == self.session_root))
+                || ancestors.contains(&self.session_root))
     }
 }
 

@@ -474,6 +474,40 @@ pub fn modification(m: Modification) -> pb::PlanModification {
     }
 }
 
+/// A webhook subscription for the API (never its secret).
+pub fn webhook_out(w: cairn_core::webhook::Webhook, delivered_revision: u64) -> pb::Webhook {
+    pb::Webhook {
+        webhook_id: w.webhook_id,
+        url: w.url,
+        event_types: w.event_types.iter().map(|t| t.name().to_owned()).collect(),
+        session_root: w.session_root,
+        created_by: w.created_by,
+        create_time: timestamp(w.create_time),
+        revision: w.revision,
+        delivered_revision,
+    }
+}
+
+/// A dead letter for the API.
+pub fn dead_letter_out(
+    webhook_id: &str,
+    key: String,
+    d: cairn_store::webhooks::DeadLetter,
+    retrying: bool,
+) -> pb::DeadLetter {
+    pb::DeadLetter {
+        event_type: d.notification.kind.name().to_owned(),
+        event_revision: d.notification.revision,
+        message_id: d.notification.message_id(webhook_id),
+        attempts: d.attempts,
+        last_error: d.last_error,
+        dead_time: timestamp(d.dead_time),
+        body: d.notification.body.to_string(),
+        retrying,
+        key,
+    }
+}
+
 /// A request's `page_size`: 0 is `default`, more than `max` is `max`, and a
 /// negative one is refused.
 pub fn page_size(page_size: i32, default: usize, max: usize) -> Result<usize> {

@@ -11,6 +11,8 @@
 //! - [`auth`]: bearer tokens to principals; [`tls`]: certificates;
 //! - [`web`]: the dashboard (`--web-listen`); [`site`]: the names and
 //!   origins browsers may reach either listener under (DNS rebinding, CORS);
+//! - [`webhooks`]: signed deliveries of approvals, completions and lost
+//!   agents from the log, at least once;
 //! - [`conn`]: the accept loop and its bounds; [`serve`]: putting it all on
 //!   a listener, health included.
 //!
@@ -29,6 +31,7 @@ pub mod status;
 pub mod tls;
 pub mod watch;
 pub mod web;
+pub mod webhooks;
 
 pub use serve::{
     DEFAULT_MAX_REQUEST_BYTES, ServeError, ServerConfig, WebRoutes, serve, serve_store,

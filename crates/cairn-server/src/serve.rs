@@ -79,6 +79,8 @@ pub struct ServerConfig {
     pub web_extra: Option<WebRoutes>,
     /// Lease timings: default TTL and grace, idle time, this server's name.
     pub leases: LeaseConfig,
+    /// Webhook deliveries: attempts, backoff, the sealing key.
+    pub webhooks: crate::webhooks::WebhookConfig,
 }
 
 /// Routes added to the web listener.
@@ -110,6 +112,7 @@ impl ServerConfig {
             metrics_listen: None,
             trace_context: false,
             leases: LeaseConfig::default(),
+            webhooks: crate::webhooks::WebhookConfig::default(),
         }
     }
 }
@@ -295,6 +298,17 @@ fn read_admin_token(config: &ServerConfig) -> Result<Option<String>, ServeError>
     Ok(Some(token))
 }
 
+/// The webhook deliverer over `store`, running.
+fn start_webhooks(
+    store: &Store,
+    config: &ServerConfig,
+) -> Result<(Arc<crate::webhooks::Webhooks>, tokio::task::JoinHandle<()>), ServeError> {
+    let webhooks = crate::webhooks::Webhooks::new(store.clone(), config.webhooks.clone())
+        .map_err(|e| ServeError::Config(format!("--webhook-key-file: {e}")))?;
+    let webhooks = Arc::new(webhooks);
+    Ok((Arc::clone(&webhooks), tokio::spawn(webhooks.run())))
+}
+
 /// Serves an already opened store (the caller closes it).
 pub async fn serve_store(
     listener: TcpListener,
@@ -307,11 +321,13 @@ pub async fn serve_store(
 ) -> Result<(), ServeError> {
     let hub = Arc::clone(store.hub());
     let (stop, stopped) = tokio::sync::watch::channel(false);
+    let (webhooks, deliveries) = start_webhooks(&store, config)?;
     let state = State {
         store: store.clone(),
         policy: Arc::new(config.policy.clone()),
         progress_interval: config.progress_interval,
         auth: Arc::clone(&auth),
+        webhooks,
     };
 
     let (health, health_service) = tonic_health::server::health_reporter();
@@ -408,6 +424,7 @@ pub async fn serve_store(
         tracing::warn!(error = %e, "web dashboard task failed");
     }
     health_task.abort();
+    deliveries.abort();
     Ok(())
 }
 

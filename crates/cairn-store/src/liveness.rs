@@ -130,6 +130,12 @@ impl Store {
         self.backend().announce(name).await
     }
 
+    /// The replicas alive now, where several share the store (etcd); None
+    /// where this server is the only one.
+    pub async fn live_replicas(&self) -> Result<Option<std::collections::BTreeSet<String>>> {
+        self.backend().replicas().await
+    }
+
     /// Writes liveness transitions as they fall due, and adopts the leases
     /// of replicas that died, until the store closes.
     pub async fn drive_leases(self) {

@@ -482,15 +482,11 @@ fn delete_session(
         let sid = s.session_id.as_str();
         if let Some(p) = ctx.txn.plan(sid)? {
             let mut waits = waits_changed(&s, &p.plan.mode, &PlanModeState::default(), &chain);
-            for e in &mut waits {
-                if let EventObject::Inbox(item) = &mut e.object {
-                    item.resolution = Some(Resolution {
-                        decision: Decided::Withdrawn,
-                        by: String::new(),
-                        reason: String::new(),
-                    });
-                }
-            }
+            resolve(&mut waits, |_| Resolution {
+                decision: Decided::Withdrawn,
+                by: String::new(),
+                reason: String::new(),
+            });
             index_waits(ctx, &waits)?;
             events.extend(waits);
         }
@@ -510,6 +506,17 @@ fn delete_session(
     }
     let rev = ctx.commit(events)?;
     Ok((ids, rev))
+}
+
+/// Says on each removal among `waits` how it stopped waiting.
+fn resolve(waits: &mut [Event], how: impl Fn(&InboxItem) -> Resolution) {
+    for e in waits {
+        if let EventObject::Inbox(item) = &mut e.object
+            && e.kind == EventKind::InboxRemoved
+        {
+            item.resolution = Some(how(item));
+        }
+    }
 }
 
 /// How `command` ended the wait of `item` (a removal it caused).
@@ -873,13 +880,7 @@ fn plan(
     let mut plan = record.plan.clone();
     let (outcome, history) = command.run(&mut plan, caller, ctx.now, limits)?;
     let mut waits = waits_changed(&session, &record.plan.mode, &plan.mode, &chain);
-    for e in &mut waits {
-        if let EventObject::Inbox(item) = &mut e.object
-            && e.kind == EventKind::InboxRemoved
-        {
-            item.resolution = Some(resolution(command, item, caller));
-        }
-    }
+    resolve(&mut waits, |item| resolution(command, item, caller));
     // 5.
     let history_from = record.history_len;
     record.history_len += history.len() as u64;

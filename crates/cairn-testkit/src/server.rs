@@ -68,6 +68,8 @@ impl TestServer {
     ) -> Self {
         let dir = tempfile::tempdir().expect("temp dir");
         let mut config = ServerConfig::new();
+        // Webhooks on, as the binary has them on redb: a key in the data dir.
+        config.webhooks.key_file = Some(dir.path().join("webhook.key"));
         f(&mut config);
         let mut redb = RedbOptions::new(dir.path().join("data"));
         e(&mut redb);

@@ -10,9 +10,17 @@ use tokio_stream::Stream;
 use tonic::Status;
 use tracing::instrument;
 
+use cairn_core::access;
+use cairn_core::command::WebhookCommand;
+use cairn_core::error::Excerpt;
+use cairn_core::webhook::{Webhook, WebhookRequest};
+use cairn_store::webhooks::{DEAD, RETRY};
+
 use super::{State, rpcs};
 use crate::auth::Authenticated;
+use crate::convert;
 use crate::status::status;
+use crate::webhooks::mint_secret;
 
 /// Bytes per backup chunk: well under gRPC's default message limit.
 const CHUNK: usize = 1 << 20;
@@ -72,10 +80,175 @@ impl AdminApi {
     }
 }
 
+impl AdminApi {
+    async fn create_webhook(
+        &self,
+        who: &Authenticated,
+        req: pb::CreateWebhookRequest,
+    ) -> Result<pb::CreateWebhookResponse> {
+        // Admins only, before a secret is made for anyone.
+        access::check_admin(&who.caller)?;
+        let w = req.webhook.unwrap_or_default();
+        let request = WebhookRequest {
+            webhook_id: w.webhook_id,
+            url: w.url,
+            event_types: w.event_types,
+            session_root: w.session_root,
+        };
+        let hooks = &self.state.webhooks;
+        let event_types = request.validate(hooks.config().allow_http, self.state.store.limits())?;
+        let secret = mint_secret()?;
+        let webhook = Webhook {
+            webhook_id: request.webhook_id,
+            url: request.url,
+            event_types,
+            session_root: request.session_root,
+            sealed_secret: hooks.seal(&secret)?,
+            created_by: access::submitter_id(&who.caller),
+            create_time: 0,
+            revision: 0,
+        };
+        let id = webhook.webhook_id.clone();
+        let (_, revision) = self
+            .state
+            .store
+            .apply(&who.caller, WebhookCommand::Create(webhook).into(), 0)
+            .await?;
+        let stored = self
+            .state
+            .store
+            .webhooks(&who.caller)
+            .await?
+            .into_iter()
+            .find(|w| w.webhook_id == id)
+            .ok_or(Error::WebhookNotFound(id))?;
+        Ok(pb::CreateWebhookResponse {
+            webhook: Some(convert::webhook_out(stored, 0)),
+            secret,
+            revision,
+        })
+    }
+
+    async fn list_webhooks(
+        &self,
+        who: &Authenticated,
+        _req: pb::ListWebhooksRequest,
+    ) -> Result<pb::ListWebhooksResponse> {
+        let store = &self.state.store;
+        let mut webhooks = Vec::new();
+        for w in store.webhooks(&who.caller).await? {
+            let delivered = store.webhook_cursor(&w).await?;
+            webhooks.push(convert::webhook_out(w, delivered));
+        }
+        Ok(pb::ListWebhooksResponse { webhooks })
+    }
+
+    async fn delete_webhook(
+        &self,
+        who: &Authenticated,
+        req: pb::DeleteWebhookRequest,
+    ) -> Result<pb::DeleteWebhookResponse> {
+        let pb::DeleteWebhookRequest { webhook_id } = req;
+        self.state
+            .store
+            .limits()
+            .check_resource_id("webhook_id", &webhook_id)?;
+        let (_, revision) = self
+            .state
+            .store
+            .apply(&who.caller, WebhookCommand::Delete { webhook_id }.into(), 0)
+            .await?;
+        Ok(pb::DeleteWebhookResponse { revision })
+    }
+
+    async fn list_dead_letters(
+        &self,
+        who: &Authenticated,
+        req: pb::ListDeadLettersRequest,
+    ) -> Result<pb::ListDeadLettersResponse> {
+        let pb::ListDeadLettersRequest {
+            webhook_id,
+            page_size,
+            page_token,
+        } = req;
+        let store = &self.state.store;
+        store
+            .limits()
+            .check_resource_id("webhook_id", &webhook_id)?;
+        let limit = convert::page_size(page_size, 50, 500)?;
+        if !page_token.is_empty() && !page_token.starts_with(&format!("{webhook_id}/")) {
+            return Err(Error::invalid("page_token", "not a token this server gave"));
+        }
+        let after = (!page_token.is_empty()).then_some(page_token);
+        let mut page = store
+            .dead_letters(&who.caller, DEAD, &webhook_id, after, limit + 1)
+            .await?;
+        let mut next_page_token = String::new();
+        if page.len() > limit {
+            page.truncate(limit);
+            next_page_token = page.last().map(|(k, _)| k.clone()).unwrap_or_default();
+        }
+        let mut dead_letters: Vec<pb::DeadLetter> = page
+            .into_iter()
+            .map(|(k, d)| convert::dead_letter_out(&webhook_id, k, d, false))
+            .collect();
+        if next_page_token.is_empty() {
+            let queued = store
+                .dead_letters(&who.caller, RETRY, &webhook_id, None, limit)
+                .await?;
+            dead_letters.extend(
+                queued
+                    .into_iter()
+                    .map(|(k, d)| convert::dead_letter_out(&webhook_id, k, d, true)),
+            );
+        }
+        Ok(pb::ListDeadLettersResponse {
+            dead_letters,
+            next_page_token,
+        })
+    }
+
+    async fn retry_dead_letter(
+        &self,
+        who: &Authenticated,
+        req: pb::RetryDeadLetterRequest,
+    ) -> Result<pb::RetryDeadLetterResponse> {
+        let pb::RetryDeadLetterRequest { webhook_id, key } = req;
+        self.state
+            .store
+            .limits()
+            .check_resource_id("webhook_id", &webhook_id)?;
+        self.state
+            .store
+            .limits()
+            .check_text(|| "key".into(), &key)?;
+        let (_, revision) = self
+            .state
+            .store
+            .apply(
+                &who.caller,
+                WebhookCommand::Retry { webhook_id, key }.into(),
+                0,
+            )
+            .await?;
+        Ok(pb::RetryDeadLetterResponse { revision })
+    }
+}
+
 rpcs! {
     impl AdminService for AdminApi {
         type BackupStream = BackupStream;
         #[instrument(skip_all)]
         fn backup(r: pb::BackupRequest) -> BackupStream => backup;
+        #[instrument(skip_all, fields(webhook_id = %Excerpt(r.get_ref().webhook.as_ref().map_or("", |w| w.webhook_id.as_str()))))]
+        fn create_webhook(r: pb::CreateWebhookRequest) -> pb::CreateWebhookResponse => create_webhook;
+        #[instrument(skip_all)]
+        fn list_webhooks(r: pb::ListWebhooksRequest) -> pb::ListWebhooksResponse => list_webhooks;
+        #[instrument(skip_all, fields(webhook_id = %Excerpt(&r.get_ref().webhook_id)))]
+        fn delete_webhook(r: pb::DeleteWebhookRequest) -> pb::DeleteWebhookResponse => delete_webhook;
+        #[instrument(skip_all, fields(webhook_id = %Excerpt(&r.get_ref().webhook_id)))]
+        fn list_dead_letters(r: pb::ListDeadLettersRequest) -> pb::ListDeadLettersResponse => list_dead_letters;
+        #[instrument(skip_all, fields(webhook_id = %Excerpt(&r.get_ref().webhook_id)))]
+        fn retry_dead_letter(r: pb::RetryDeadLetterRequest) -> pb::RetryDeadLetterResponse => retry_dead_letter;
     }
 }

@@ -70,6 +70,8 @@ pub struct State {
     pub progress_interval: std::time::Duration,
     /// Who callers are.
     pub auth: Arc<Auth>,
+    /// Webhook deliveries: the sealing key and what URLs are allowed.
+    pub webhooks: Arc<crate::webhooks::Webhooks>,
 }
 
 /// Implements a service trait in the one handler style: each RPC opens its
