@@ -260,3 +260,21 @@ def test_bad_subscriptions_are_refused(channel):
         raise AssertionError("deleted nothing")
     except grpc.RpcError as e:
         assert e.code() == grpc.StatusCode.NOT_FOUND
+
+
+def test_the_cli_manages_subscriptions(server_addr):
+    def cairn(*args):
+        done = subprocess.run([BINARY, *args, "--server", server_addr], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    out = cairn("admin", "webhook", "create", "cli-hook", "--url", "https://hooks.invalid/x",
+                "--event", "plan.completed", "--event", "session.lost", "--tree", "orch")
+    assert "whsec_" in out
+    listed = json.loads(cairn("admin", "webhook", "list", "--output", "json"))["webhooks"]
+    (hook,) = [w for w in listed if w["webhook_id"] == "cli-hook"]
+    assert hook["event_types"] == ["plan.completed", "session.lost"] and hook["session_root"] == "orch"
+    assert "secret" not in json.dumps(listed) and "whsec_" not in json.dumps(listed)
+    assert "No dead letters." in cairn("admin", "webhook", "dead", "cli-hook")
+    cairn("admin", "webhook", "delete", "cli-hook")
+    assert "cli-hook" not in cairn("admin", "webhook", "list")

@@ -179,6 +179,48 @@ pub enum AdminCmd {
         #[arg(long)]
         out: std::path::PathBuf,
     },
+    /// Webhook subscriptions (Standard Webhooks) and their dead letters.
+    #[command(subcommand)]
+    Webhook(WebhookCmd),
+}
+
+/// `cairn admin webhook …`
+#[derive(Debug, Clone, Subcommand)]
+pub enum WebhookCmd {
+    /// Subscribe a URL; prints the `whsec_` signing secret (shown once).
+    Create {
+        /// Subscription id.
+        id: String,
+        /// Where deliveries are POSTed (https://).
+        #[arg(long)]
+        url: String,
+        /// An event type: approval.requested, approval.decided,
+        /// approval.escalated, plan.completed, session.lost (repeat for several).
+        #[arg(long = "event", required = true)]
+        events: Vec<String>,
+        /// Only events of this session's tree.
+        #[arg(long)]
+        tree: Option<String>,
+    },
+    /// List the subscriptions and how far each has delivered.
+    List,
+    /// Delete a subscription, its undelivered events and dead letters.
+    Delete {
+        /// Subscription id.
+        id: String,
+    },
+    /// List a subscription's dead letters.
+    Dead {
+        /// Subscription id.
+        id: String,
+    },
+    /// Queue a dead letter for delivery again.
+    Retry {
+        /// Subscription id.
+        id: String,
+        /// The dead letter's key (from `dead`).
+        key: String,
+    },
 }
 
 /// `cairn principal …` (admin only, except `whoami`).
