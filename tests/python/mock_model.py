@@ -133,7 +133,7 @@ class Handler(BaseHTTPRequestHandler):
             for b in (m.get("content") if isinstance(m.get("content"), list) else [])
             if isinstance(b, dict) and b.get("type") == "tool_result"
         )
-        call = self.script.next_call(is_child, done) if body.get("tools") else None
+        call = self.script.next_call(is_child, done, body) if body.get("tools") else None
         mid = self._id("msg")
         events = [("message_start", {"type": "message_start", "message": {
             "id": mid, "type": "message", "role": "assistant", "model": body.get("model", "mock"),

@@ -152,6 +152,7 @@ pub fn apply(ctx: &mut Ctx<'_>, caller: &Caller, c: &WebhookCommand) -> Result<u
                 return Err(Error::WebhookExists(w.webhook_id.clone()));
             }
             let mut w = w.clone();
+            w.created_by = access::submitter_id(caller);
             w.revision = ctx.next_revision();
             w.create_time = ctx.now;
             ctx.txn
