@@ -414,3 +414,163 @@ def test_codex_runs_cairns_read_only_tools_without_approval(cairn, tmp_path, tra
     results = _codex_mcp(cairn, tmp_path / "approve", transport, script, approve=True)
     assert RULE in results[0], results[0]
     assert _steps(cairn.plan("orch:coder")) == [(s["step"], s["status"]) for s in GOOD["plan"]]
+
+
+# --- Claude Code's plans approved in Cairn -----------------------------------
+
+ADMIN = "agents-admin-token-0123456789abcdef"
+PERMISSION_PROMPT = ROOT / "tests" / "python" / "permission_prompt.py"
+
+
+def _as(token):
+    return (("authorization", f"Bearer {token}"),)
+
+
+def _plan_file(body):
+    """Claude Code names the plan file in its plan-mode prompt; the mock
+    model writes the plan there, as the real model does."""
+    import re
+
+    found = re.search(r"create your plan at ([^ \\\"]+?\.md)", json.dumps(body))
+    assert found, "the plan-mode prompt names no plan file"
+    return {"file_path": found.group(1), "content": "# Add a login page\n\n1. Write the form\n2. Check the password\n"}
+
+
+@pytest.fixture()
+def authed(tmp_path):
+    """A Cairn with tokens: the hooks act as an orchestrator of `orch`, a
+    lead approves in it."""
+    token_file = tmp_path / "admin-token"
+    token_file.write_text(ADMIN)
+    c = Cairn.__new__(Cairn)
+    c.port, c.web = _free_port(), _free_port()
+    c.data = tempfile.mkdtemp(prefix="cairn-approvals-")
+    c.addr = f"http://127.0.0.1:{c.port}"
+
+    def start():
+        c.proc = subprocess.Popen(
+            [BINARY, "serve", "--listen", f"127.0.0.1:{c.port}", "--data-dir", c.data,
+             "--auth", "token", "--admin-token-file", str(token_file)],
+            stderr=subprocess.DEVNULL,
+        )
+        c.channel = grpc.insecure_channel(f"127.0.0.1:{c.port}")
+        grpc.channel_ready_future(c.channel).result(timeout=30)
+
+    c.start = start
+    start()
+    from cairn.v1 import auth_pb2 as auth
+    from cairn.v1 import auth_pb2_grpc
+
+    admins = auth_pb2_grpc.AuthServiceStub(c.channel)
+
+    def principal(pid, role):
+        return admins.CreatePrincipal(
+            auth.CreatePrincipalRequest(principal=auth.Principal(principal_id=pid, roles=[role], session_roots=["orch"])),
+            metadata=_as(ADMIN),
+        ).token
+
+    c.orch = principal("orchestrator", auth.ROLE_ORCHESTRATOR)
+    c.lead = principal("lead", auth.ROLE_APPROVER)
+    session_pb2_grpc.SessionServiceStub(c.channel).CreateSession(
+        session.CreateSessionRequest(session=session.Session(session_id="orch", agent_id="main")), metadata=_as(c.orch)
+    )
+    try:
+        yield c
+    finally:
+        if c.proc.poll() is None:
+            c.stop()
+
+
+def _claude_planning(cairn, work):
+    """Starts Claude Code in plan mode with Cairn's hooks: the mock model
+    writes a plan file and calls ExitPlanMode. Returns the process, the
+    script (what the model was sent back), the mock and the prompt log."""
+    script = mock_model.Script([("Write", _plan_file), ("ExitPlanMode", {})])
+    server, url = mock_model.serve(script)
+    config = pathlib.Path(work) / "claude"
+    subprocess.run(
+        [BINARY, "hook", "install", "claude-code", "--config-dir", str(config), "--server", cairn.addr,
+         "--parent-session", "orch", "--token", cairn.orch],
+        check=True, capture_output=True,
+    )
+    log = pathlib.Path(work) / "permission-prompts.jsonl"
+    mcp_config = pathlib.Path(work) / "mcp.json"
+    mcp_config.write_text(json.dumps({"mcpServers": {"perm": {
+        "command": "python3", "args": [str(PERMISSION_PROMPT)], "env": {"PERMISSION_LOG": str(log)}}}}))
+    env = dict(
+        os.environ, ANTHROPIC_BASE_URL=url, ANTHROPIC_API_KEY="dummy", CLAUDE_CONFIG_DIR=str(config),
+        DISABLE_TELEMETRY="1", DISABLE_AUTOUPDATER="1", CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1",
+        CAIRN_HOOK_SPOOL=str(pathlib.Path(work) / "spool"), CAIRN_HOOK_TIMEOUT="200ms",
+    )
+    proc = subprocess.Popen(
+        [_cli("claude"), "-p", "Plan a login page", "--output-format", "stream-json", "--verbose",
+         "--permission-mode", "plan", "--mcp-config", str(mcp_config), "--permission-prompt-tool", "mcp__perm__ask"],
+        env=env, cwd=work, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    return proc, script, server, log
+
+
+def _awaiting(cairn):
+    """The Claude Code session whose plan awaits approval, once it does."""
+    plans = plan_pb2_grpc.PlanServiceStub(cairn.channel)
+    deadline = time.time() + 90
+    while time.time() < deadline:
+        r = session_pb2_grpc.SessionServiceStub(cairn.channel).ListSessions(
+            session.ListSessionsRequest(parent_session_id="orch"), metadata=_as(cairn.lead))
+        for s in r.sessions:
+            st = plans.GetPlanStatus(plan.GetPlanStatusRequest(session_id=s.session_id), metadata=_as(cairn.lead)).status
+            if st.mode == plan.PLAN_MODE_AWAITING_APPROVAL:
+                return s.session_id, st
+        time.sleep(0.2)
+    raise AssertionError("no Claude Code plan came to await approval")
+
+
+def _finish(proc, server):
+    try:
+        out, err = proc.communicate(timeout=120)
+    finally:
+        server.shutdown()
+    assert proc.returncode == 0, (out[-2000:], err[-2000:])
+    return out
+
+
+def test_claude_code_s_plan_is_approved_in_cairn_by_another_principal(authed, tmp_path):
+    proc, script, server, log = _claude_planning(authed, tmp_path)
+    sid, st = _awaiting(authed)
+    assert st.pending.plan.summary == "Add a login page"
+    assert [s.description for s in st.pending.plan.steps] == ["Write the form", "Check the password"]
+    # The hook blocks: Claude Code has not been answered yet.
+    assert proc.poll() is None and len(script.tool_results()) == 1
+    plans = plan_pb2_grpc.PlanServiceStub(authed.channel)
+    # The agent's own principal cannot approve it.
+    with pytest.raises(grpc.RpcError) as own:
+        plans.ApprovePlan(plan.ApprovePlanRequest(session_id=sid), metadata=_as(authed.orch))
+    assert own.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    plans.ApprovePlan(plan.ApprovePlanRequest(session_id=sid), metadata=_as(authed.lead))
+    _finish(proc, server)
+    result = script.tool_results()[-1]
+    assert "approved" in result.lower(), result
+    assert not log.exists(), "Claude Code's own prompt was not asked"
+    st = plans.GetPlanStatus(plan.GetPlanStatusRequest(session_id=sid), metadata=_as(authed.lead)).status
+    assert st.active.approver == "lead"
+
+
+def test_claude_code_s_plan_rejected_in_cairn_gets_the_reason(authed, tmp_path):
+    proc, script, server, log = _claude_planning(authed, tmp_path)
+    sid, _ = _awaiting(authed)
+    plans = plan_pb2_grpc.PlanServiceStub(authed.channel)
+    plans.RejectPlan(plan.RejectPlanRequest(session_id=sid, reason="Use the SSO login instead"), metadata=_as(authed.lead))
+    _finish(proc, server)
+    result = script.tool_results()[-1]
+    assert "Use the SSO login instead" in result, result
+    assert not log.exists()
+
+
+def test_with_cairn_down_claude_code_asks_as_it_always_does(authed, tmp_path):
+    authed.stop()
+    proc, script, server, log = _claude_planning(authed, tmp_path)
+    _finish(proc, server)
+    asked = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [a["tool_name"] for a in asked] == ["ExitPlanMode"], asked
+    result = script.tool_results()[-1]
+    assert "Asked at the terminal: not now." in result, result

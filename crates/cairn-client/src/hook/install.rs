@@ -201,6 +201,21 @@ pub fn merge_hooks(cli: AgentCli, map: &mut serde_json::Map<String, Value>, comm
             groups.push(group);
         }
     }
+    if cli == AgentCli::ClaudeCode {
+        // Leaving plan mode waits for a person in Cairn: an hour, past the
+        // hook's own --wait (55 minutes), after which Claude Code asks.
+        let plan = command.replacen(" hook claude-code ", " hook claude-code-plan ", 1);
+        let group = json!({
+            "matcher": "ExitPlanMode",
+            "hooks": [{ "type": "command", "command": plan, "timeout": 3600 }],
+        });
+        let groups = map
+            .entry("PreToolUse".to_owned())
+            .or_insert_with(|| json!([]));
+        if let Some(groups) = groups.as_array_mut() {
+            groups.push(group);
+        }
+    }
 }
 
 fn read_json(path: &Path) -> Result<Value, String> {
@@ -355,6 +370,14 @@ mod tests {
         let once = hooks.clone();
         merge_hooks(AgentCli::ClaudeCode, &mut hooks, Some(cmd));
         assert_eq!(hooks, once, "installing twice is installing once");
+        // Leaving plan mode waits for a decision in Cairn, up to an hour.
+        let plan = &hooks["PreToolUse"][0];
+        assert_eq!(plan["matcher"], "ExitPlanMode");
+        assert_eq!(
+            plan["hooks"][0]["command"],
+            "/usr/bin/cairn hook claude-code-plan --server http://127.0.0.1:50051"
+        );
+        assert_eq!(plan["hooks"][0]["timeout"], 3600);
         assert_eq!(hooks["PostToolUse"].as_array().unwrap().len(), 2);
         assert_eq!(hooks["PostToolUse"][0], theirs["PostToolUse"][0]);
         assert_eq!(hooks["PostToolUse"][1]["matcher"], "TaskCreate|TaskUpdate");

@@ -253,6 +253,11 @@ pub fn observe(
 
 /// An id Cairn accepts, from the CLI's: characters outside
 /// `[A-Za-z0-9._:-]` become `-`.
+/// The session of a Claude Code session id (what its hooks mirror into).
+pub fn claude_session_id(session: &str) -> String {
+    session_id(&format!("{}:{session}", AgentCli::ClaudeCode.prefix()))
+}
+
 fn session_id(raw: &str) -> String {
     raw.chars()
         .map(|c| {

@@ -12,13 +12,16 @@
 //!   test);
 //! - [`spool`]: what is not delivered yet, in order, across processes;
 //! - [`deliver`]: an observation applied to the server;
-//! - [`install`]: Cairn's hooks merged into each CLI's settings.
+//! - [`install`]: Cairn's hooks merged into each CLI's settings;
+//! - [`approval`]: Claude Code's `ExitPlanMode` held until a person decides
+//!   in Cairn (this hook blocks, by design, and prints the decision).
 //!
 //! A hook never slows or breaks its agent: it exits 0, prints nothing on
 //! stdout (the CLIs parse it as a decision), returns within `--timeout`
 //! (1 s) whether the server is up or not, and says on stderr what it
 //! skipped.
 
+pub mod approval;
 pub mod deliver;
 pub mod install;
 pub mod map;
@@ -43,6 +46,9 @@ const MAX_PAYLOAD: u64 = 4 * 1024 * 1024;
 pub enum HookCmd {
     /// Mirror one Claude Code hook payload (stdin) into Cairn.
     ClaudeCode(HookArgs),
+    /// Claude Code's `ExitPlanMode` (a PreToolUse payload on stdin): the
+    /// plan awaits approval in Cairn, and the decision is Claude Code's.
+    ClaudeCodePlan(approval::ApprovalArgs),
     /// Mirror one Codex hook payload (stdin) into Cairn.
     Codex(HookArgs),
     /// Mirror one Gemini CLI hook payload (stdin) into Cairn.
@@ -100,6 +106,7 @@ pub fn default_spool() -> PathBuf {
 pub async fn run(cmd: HookCmd) -> Result<(), String> {
     match cmd {
         HookCmd::ClaudeCode(args) => hook(AgentCli::ClaudeCode, &args).await,
+        HookCmd::ClaudeCodePlan(args) => approval::run(&args).await,
         HookCmd::Codex(args) => hook(AgentCli::Codex, &args).await,
         HookCmd::Gemini(args) => hook(AgentCli::Gemini, &args).await,
         HookCmd::Flush(args) => flush(&args).await,
