@@ -53,7 +53,13 @@ type Seen = (bool, String, pb::InboxItemKind);
 /// The inbox events of `stream` up to `synced` (`None`), or the next `n`.
 async fn inbox_events(stream: &mut Stream, n: Option<usize>) -> (Vec<Seen>, u64) {
     let mut out = Vec::new();
+    // Heartbeats keep coming: the patience bounds the whole wait.
+    let patience = std::time::Instant::now() + cairn_testkit::stream::PATIENCE;
     loop {
+        assert!(
+            std::time::Instant::now() < patience,
+            "inbox events not seen within the patience: {out:?}"
+        );
         match cairn_testkit::stream::next(stream).await {
             Kind::Event(e) => {
                 let Some(pb::event::Object::InboxItem(i)) = &e.object else {
@@ -405,4 +411,92 @@ async fn each_approver_sees_what_it_may_approve_oldest_first() {
         ]
     );
     store.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_moved_subtree_s_waiting_items_leave_one_inbox_and_join_another() {
+    use pb::InboxItemKind::Plan;
+    let file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(file.path(), ADMIN).unwrap();
+    let path = file.path().to_owned();
+    let server = TestServer::start_config(move |c| {
+        c.auth = AuthMode::Token;
+        c.admin_token_file = Some(path);
+    })
+    .await;
+    let channel = server.channel().await;
+    let mut auth = AuthServiceClient::with_interceptor(channel.clone(), Bearer::new(Some(ADMIN)));
+    let mut tokens = std::collections::HashMap::new();
+    for (id, roles, roots) in [
+        (
+            "setup",
+            vec![pb::Role::Orchestrator, pb::Role::Agent],
+            vec![],
+        ),
+        ("north", vec![pb::Role::Approver], vec!["a"]),
+        ("south", vec![pb::Role::Approver], vec!["c"]),
+    ] {
+        let r = auth
+            .create_principal(pb::CreatePrincipalRequest {
+                principal: Some(pb::Principal {
+                    principal_id: id.into(),
+                    roles: roles.into_iter().map(Into::into).collect(),
+                    agent_ids: if id == "setup" {
+                        vec!["coder".into(), "main".into()]
+                    } else {
+                        Vec::new()
+                    },
+                    session_roots: roots.into_iter().map(String::from).collect(),
+                    ..Default::default()
+                }),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        tokens.insert(id, r.token);
+    }
+    let mut setup = who(&channel, &tokens["setup"]);
+    for root in ["a", "c"] {
+        setup
+            .sessions
+            .create_session(pb::CreateSessionRequest {
+                session: Some(pb::Session {
+                    session_id: root.into(),
+                    agent_id: "main".into(),
+                    ..Default::default()
+                }),
+            })
+            .await
+            .unwrap();
+    }
+    awaiting(&mut setup, "a", "a:1").await;
+    awaiting(&mut setup, "a:1", "a:1:x").await;
+    let mut north = who(&channel, &tokens["north"]);
+    let mut south = who(&channel, &tokens["south"]);
+    let mut north_watch = watch_inbox(&mut north, None).await;
+    let mut south_watch = watch_inbox(&mut south, None).await;
+    let (first, _) = inbox_events(&mut north_watch, None).await;
+    assert_eq!(first, seen(&[(true, "a:1", Plan), (true, "a:1:x", Plan)]));
+    assert_eq!(inbox_events(&mut south_watch, None).await.0, Vec::new());
+
+    // The admin moves a:1 (and a:1:x below it) from tree a to tree c.
+    let mut admin = who(&channel, ADMIN);
+    admin
+        .sessions
+        .update_session(pb::UpdateSessionRequest {
+            session_id: "a:1".into(),
+            parent_session_id: Some("c".into()),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let (gone, _) = inbox_events(&mut north_watch, Some(2)).await;
+    assert_eq!(gone, seen(&[(false, "a:1", Plan), (false, "a:1:x", Plan)]));
+    let (joined, _) = inbox_events(&mut south_watch, Some(2)).await;
+    assert_eq!(joined, seen(&[(true, "a:1", Plan), (true, "a:1:x", Plan)]));
+    assert!(inbox(&mut north, 10).await.is_empty());
+    assert_eq!(
+        inbox(&mut south, 10).await,
+        items(&[("a:1", Plan), ("a:1:x", Plan)])
+    );
 }

@@ -345,8 +345,69 @@ fn update_session(
         }
     }
     ctx.txn.put_session(&s)?;
-    let rev = ctx.commit(vec![event])?;
+    let mut events = vec![event];
+    if s.parent_session_id != old.parent_session_id {
+        events.extend(moved_waits(ctx.txn, &s, &event_chains(&events[0]))?);
+    }
+    let rev = ctx.commit(events)?;
     Ok((s, rev))
+}
+
+/// A moved session's ancestors before and after the move.
+fn event_chains(e: &Event) -> (Vec<String>, Vec<String>) {
+    (e.previous_ancestors.clone(), e.ancestors.clone())
+}
+
+/// A move changes who may decide on what waits in the moved subtree: each
+/// waiting item leaves the inboxes of the tree it was in (a removal with
+/// its ancestors before) and joins those of the tree it is in now (an
+/// addition with the new ones). Both are marked `moved`: nothing was
+/// asked or decided, so webhooks ignore them. Read after the move is
+/// written, so each session's ancestors are the new ones.
+fn moved_waits(
+    txn: &dyn ReadTxn,
+    root: &Session,
+    (before, after): &(Vec<String>, Vec<String>),
+) -> Result<Vec<Event>> {
+    let mut out = Vec::new();
+    for sid in subtree(txn, &root.session_id)? {
+        let Some(record) = txn.plan(&sid)? else {
+            continue;
+        };
+        let waiting = record.plan.mode.awaiting(&sid);
+        if waiting.is_empty() {
+            continue;
+        }
+        let Some(session) = txn.session(&sid)? else {
+            continue;
+        };
+        let now = ancestors(txn, session.parent_session_id.as_deref())?;
+        // Below the moved session nothing moved: the old chain is the old
+        // one of the moved session, then the same path down.
+        let below = now.get(after.len()..).unwrap_or_default();
+        let then: Vec<String> = before.iter().chain(below).cloned().collect();
+        for key in waiting {
+            let Some(item) = InboxItem::of(session.clone(), &record.plan.mode, key) else {
+                continue;
+            };
+            let mut gone = Event::inbox(EventKind::InboxRemoved, item.clone(), then.clone());
+            if sid == root.session_id {
+                gone.parent_session_id = then.last().cloned().unwrap_or_default();
+            }
+            if let EventObject::Inbox(i) = &mut gone.object {
+                i.resolution = Some(Resolution {
+                    decision: Decided::Withdrawn,
+                    by: String::new(),
+                    reason: String::new(),
+                });
+            }
+            gone.moved = true;
+            let mut joined = Event::inbox(EventKind::InboxAdded, item, now.clone());
+            joined.moved = true;
+            out.extend([gone, joined]);
+        }
+    }
+    Ok(out)
 }
 
 /// A lease write: `KeepAlive` taking or releasing the lease, or the

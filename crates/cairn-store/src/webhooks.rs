@@ -79,6 +79,10 @@ pub struct DeadLetter {
 pub fn notifications(rev: &Revision) -> Vec<Notification> {
     let mut out = Vec::new();
     for e in &rev.events {
+        if e.moved && e.kind.is_inbox() {
+            // An item carried along by a move: nothing was asked or decided.
+            continue;
+        }
         let (kind, what, value) = match (&e.kind, &e.object) {
             (EventKind::InboxAdded, EventObject::Inbox(item)) => {
                 let escalated = item
@@ -265,6 +269,11 @@ mod tests {
                 Event::inbox(EventKind::InboxAdded, item(None), vec!["orch".into()]),
                 Event::inbox(EventKind::InboxRemoved, item(Some(decided)), vec![]),
                 Event::inbox(EventKind::InboxRemoved, item(Some(withdrawn)), vec![]),
+                // Carried along by a move: neither asked nor decided.
+                Event {
+                    moved: true,
+                    ..Event::inbox(EventKind::InboxAdded, item(None), vec![])
+                },
             ],
         };
         let n = notifications(&rev);
