@@ -278,3 +278,82 @@ def test_the_cli_manages_subscriptions(server_addr):
     assert "No dead letters." in cairn("admin", "webhook", "dead", "cli-hook")
     cairn("admin", "webhook", "delete", "cli-hook")
     assert "cli-hook" not in cairn("admin", "webhook", "list")
+
+
+def test_escalations_lost_agents_tree_filters_and_redirects(tmp_path):
+    """`approval.escalated` and `session.lost` arrive; a subscription to one
+    tree hears nothing of another; a redirect to another host is a failed
+    attempt, never followed."""
+    from cairn.v1 import session_pb2 as session
+    from cairn.v1 import session_pb2_grpc
+
+    port, data = _free_port(), tempfile.mkdtemp(prefix="cairn-webhooks-kinds-")
+    receiver, other = Receiver(), Receiver()
+    # The redirecting receiver sends every delivery on to `other` under a
+    # different host name (localhost, not 127.0.0.1).
+    target = other.url.replace("127.0.0.1", "localhost")
+
+    class Redirect(ThreadingHTTPServer):
+        pass
+
+    from http.server import BaseHTTPRequestHandler as Base
+
+    class Handler(Base):
+        def log_message(self, *args):
+            pass
+
+        def do_POST(self):
+            self.rfile.read(int(self.headers["content-length"]))
+            self.send_response(307)
+            self.send_header("location", target)
+            self.end_headers()
+
+    redirect = Redirect(("127.0.0.1", 0), Handler)
+    threading.Thread(target=redirect.serve_forever, daemon=True).start()
+    proc, channel = start(port, data)
+    try:
+        admins = admin_pb2_grpc.AdminServiceStub(channel)
+        sessions = session_pb2_grpc.SessionServiceStub(channel)
+        for root in ("orch", "elsewhere"):
+            sessions.CreateSession(session.CreateSessionRequest(session=session.Session(session_id=root, agent_id="main")))
+        receiver.secret = admins.CreateWebhook(admin.CreateWebhookRequest(webhook=admin.Webhook(
+            webhook_id="orch-only", url=receiver.url, session_root="orch",
+            event_types=["approval.requested", "approval.escalated", "session.lost"],
+        ))).secret
+        other.secret = admins.CreateWebhook(admin.CreateWebhookRequest(webhook=admin.Webhook(
+            webhook_id="redirected", url=f"http://127.0.0.1:{redirect.server_address[1]}/hook",
+            event_types=["approval.requested"],
+        ))).secret
+        plans = plan_pb2_grpc.PlanServiceStub(channel)
+        for s, parent in (("orch:coder", "orch"), ("elsewhere:coder", "elsewhere")):
+            sessions.CreateSession(session.CreateSessionRequest(
+                session=session.Session(session_id=s, agent_id="coder", parent_session_id=parent)))
+        # An escalating deadline on a plan in orch; the same plan elsewhere.
+        plans.EnterPlanMode(plan.EnterPlanModeRequest(session_id="orch:coder", goal="ship"))
+        steps = [plan.ImplementationStep(id=1, description="one")]
+        plans.ExitPlanMode(plan.ExitPlanModeRequest(
+            session_id="orch:coder", plan=plan.ImplementationPlan(summary="p", steps=steps),
+            deadline=plan.ApprovalDeadline(
+                timeout=duration_pb2.Duration(seconds=1), policy=plan.DEADLINE_POLICY_ESCALATE,
+                escalate_to="role:admin", escalation_timeout=duration_pb2.Duration(seconds=600)),
+        ))
+        submit(plans, "elsewhere:coder")
+        # A lease nobody renews: STALLED after 1 s, LOST 1 s later.
+        sessions.KeepAlive(session.KeepAliveRequest(
+            session_id="orch:coder", ttl=duration_pb2.Duration(seconds=1), grace=duration_pb2.Duration(seconds=1)))
+        got = wait_until("escalated and lost", lambda: (
+            kinds(receiver.seen()) >= {("approval.escalated", "orch:coder"), ("session.lost", "orch:coder")}
+            and receiver.seen()))
+        assert kinds(got) <= {("approval.requested", "orch:coder"), ("approval.escalated", "orch:coder"),
+                              ("session.lost", "orch:coder")}, kinds(got)
+        escalated = [p for _, p in got if p["type"] == "approval.escalated"][0]
+        assert escalated["data"]["item"]["deadline"]["escalated_to"] == "role:admin"
+        letters = wait_until("the redirect dead-lettered", lambda: admins.ListDeadLetters(
+            admin.ListDeadLettersRequest(webhook_id="redirected")).dead_letters)
+        assert all("307" in d.last_error for d in letters), [d.last_error for d in letters]
+        assert other.seen() == [], "a redirect to another host is never followed"
+    finally:
+        proc.kill()
+        receiver.http.shutdown()
+        other.http.shutdown()
+        redirect.shutdown()
