@@ -228,6 +228,8 @@ impl std::fmt::Debug for Webhooks {
 const SUPERVISE: Duration = Duration::from_secs(1);
 /// How often an idle subscription looks for new revisions.
 const POLL: Duration = Duration::from_millis(50);
+/// How often queued dead letters are looked for.
+const RETRY_CHECK: Duration = Duration::from_secs(1);
 /// A cursor that moved past revisions with nothing to deliver is written
 /// at most this often.
 const IDLE_CURSOR: Duration = Duration::from_secs(2);
@@ -340,8 +342,14 @@ impl Webhooks {
         let mut cursor = self.store.webhook_cursor(w).await?;
         let mut saved = cursor;
         let mut last_save = tokio::time::Instant::now();
+        let mut retries_seen: Option<tokio::time::Instant> = None;
         loop {
-            self.retry_queued(w, &secret).await?;
+            // Queued retries are an admin's rare act: looked for once a
+            // second, not at every poll for new revisions.
+            if retries_seen.is_none_or(|t| t.elapsed() >= RETRY_CHECK) {
+                self.retry_queued(w, &secret).await?;
+                retries_seen = Some(tokio::time::Instant::now());
+            }
             if self.store.revision() <= cursor {
                 if saved < cursor && last_save.elapsed() >= IDLE_CURSOR {
                     self.store
