@@ -7,7 +7,6 @@
 #![allow(clippy::unwrap_used, clippy::too_many_lines)]
 
 mod backup;
-mod bounds;
 mod cli;
 mod connections;
 mod crash;
