@@ -266,19 +266,38 @@ async fn a_deadline_that_passes_while_no_server_runs_is_applied_at_start() {
     let mut plans = server.plans().await;
     let mut w = WatchServiceClient::new(server.channel().await);
     let mut stream = watch(&mut w, pb::watch_request::Target::Inbox(true), None, true).await;
-    // Both items in the initial state or its aftermath: read until the
-    // plan is gone and the modification escalated.
-    let mut plan_gone = false;
-    let mut escalated = None;
-    while !(plan_gone && escalated.is_some()) {
-        let (added, item, _) = inbox(&mut stream, 1).await.remove(0);
-        if item.session_id == "orch:plan" && !added {
-            plan_gone = true;
+    // The inbox as the watch shows it: its initial state (taken before or
+    // after the deadlines were applied at start) and what follows, until
+    // the plan is out of it and the modification escalated.
+    let mut waiting = std::collections::BTreeMap::new();
+    let mut synced = false;
+    let patience = std::time::Instant::now() + cairn_testkit::stream::PATIENCE;
+    let escalated = loop {
+        let escalated = waiting
+            .get("orch:mod")
+            .and_then(|i: &pb::InboxItem| i.deadline.clone())
+            .filter(|d| !d.escalated_to.is_empty());
+        if synced && !waiting.contains_key("orch:plan") && escalated.is_some() {
+            break escalated;
         }
-        if let Some(d) = item.deadline.filter(|d| !d.escalated_to.is_empty()) {
-            escalated = Some(d);
+        assert!(
+            std::time::Instant::now() < patience,
+            "plan still waiting or modification not escalated: {waiting:?}"
+        );
+        match next(&mut stream).await {
+            Kind::Synced(_) => synced = true,
+            Kind::Event(e) => {
+                if let Some(pb::event::Object::InboxItem(i)) = e.object.clone() {
+                    if e.r#type() == pb::EventType::InboxItemAdded {
+                        waiting.insert(i.session_id.clone(), i);
+                    } else {
+                        waiting.remove(&i.session_id);
+                    }
+                }
+            }
+            Kind::Progress(_) => {}
         }
-    }
+    };
     let entries = history(&mut plans, "orch:plan").await;
     assert_eq!(entries.len(), 1, "{entries:?}");
     assert_eq!(

@@ -1,43 +1,56 @@
 //! The etcd engine behind the store's [`Backend`] seam.
 //!
 //! A write is one etcd transaction for one mutation, so a mutation's
-//! revision is the transaction's. Mutations from any number of replicas
-//! run concurrently; each transaction compares what its mutation read, so
-//! two that touch the same objects can never both win: the loser runs
-//! again on the new state (and then, say, fails its `expected_revision`).
-//! A write is answered only once etcd has committed it (to a quorum's
-//! disks), and with an error — never a guess — when etcd cannot say.
+//! revision is the transaction's. The mutation runs on the replica's copy
+//! ([`crate::mirror`]); its transaction compares what it read, so a copy
+//! that lagged another replica's write costs a second run, never a lost
+//! update. This replica's own writes of the same keys queue
+//! ([`crate::claims`]) instead of racing each other. A write is answered
+//! only once etcd has committed it (to a quorum's disks), and with an
+//! error — never a guess — when etcd cannot say.
+//!
+//! Everything awaits etcd on the caller's runtime: no blocking thread, no
+//! runtime of the engine's own.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::PoisonError;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::time::Duration;
 
 use cairn_core::error::{Error, Result};
-use cairn_store::health::{Health, Readiness, guard};
+use cairn_store::health::{Health, Readiness};
 use cairn_store::hub::Hub;
+use cairn_store::records::Revision;
 use cairn_store::seam::{BoxFuture, ReadJob, WriteJob};
 use cairn_store::{Backend, Ctx, Store};
 use tokio::sync::{Notify, Semaphore, watch};
 use tokio::task::JoinHandle;
 
+use crate::barrier::Barrier;
+use crate::claims::{Claims, settled};
 use crate::client::Client;
 use crate::keys::Keys;
-use crate::pb::etcdserverpb::RangeRequest;
-use crate::shared::{EtcdOptions, Inner, OwnRuntime};
+use crate::mirror::Mirror;
+use crate::shared::{EtcdOptions, Inner};
 use crate::txn::Txn;
 use cairn_store::ReadTxn;
+
+/// How long a write that lost a compare waits for the copy to reach the
+/// revision that beat it. Revisions of keys outside the prefix never
+/// reach the copy: after this, it runs on what the copy has.
+const CATCH_UP: Duration = Duration::from_millis(50);
 
 /// The etcd engine.
 pub struct Etcd {
     inner: Arc<Inner>,
-    follower: Mutex<Option<JoinHandle<()>>>,
+    tasks: Mutex<Vec<JoinHandle<()>>>,
 }
 
-/// Connects to the cluster, starts following its log, and returns the
-/// store over it. Fails if no member answers within the timeout.
+/// Connects to the cluster, loads the deployment's keys, starts following
+/// them, and returns the store over them. Fails if no member answers
+/// within the timeout.
 pub async fn open(opts: &EtcdOptions) -> Result<Store> {
     if !opts.prefix.ends_with('/') {
         return Err(Error::InvalidField {
@@ -45,65 +58,54 @@ pub async fn open(opts: &EtcdOptions) -> Result<Store> {
             description: format!("{:?} must end with '/'", opts.prefix),
         });
     }
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .thread_name("cairn-etcd")
-        .enable_all()
-        .build()
-        .map_err(|e| Error::Internal(format!("etcd runtime: {e}")))?;
-    let rt = runtime.handle().clone();
-    let runtime = OwnRuntime(Some(runtime));
-    let client = {
-        // The channel's connections are tasks of the engine's runtime.
-        let _entered = rt.enter();
-        Client::new(&opts.connection)?
-    };
+    let client = Client::new(&opts.connection)?;
     let keys = Keys::new(&opts.prefix);
-    let (c, key, k) = (client.clone(), keys.log(), keys.clone());
-    let max_ops = opts.max_txn_ops;
-    let head = rt
-        .spawn(async move {
-            c.authenticate().await?;
-            let indexed = crate::migrate::index_waiting(&c, &k, max_ops).await?;
-            if indexed > 0 {
-                tracing::info!(indexed, "plans awaiting approval indexed for the inbox");
-            }
-            c.range(RangeRequest {
-                key,
-                keys_only: true,
-                ..RangeRequest::default()
-            })
-            .await
-        })
-        .await
-        .map_err(|e| Error::Internal(format!("etcd open: {e}")))??;
+    client.authenticate().await?;
+    let indexed = crate::migrate::index_waiting(&client, &keys, opts.max_txn_ops).await?;
+    if indexed > 0 {
+        tracing::info!(indexed, "plans awaiting approval indexed for the inbox");
+    }
+    let snap = crate::mirror::load(&client, &keys).await?;
+    let log_key = keys.log();
     // Dispatched so far: the last logged revision (0 on an empty
-    // deployment); the log watch starts right after it.
-    let start = head.kvs.first().map_or(0, |kv| kv.mod_revision);
-    let start_u = u64::try_from(start).unwrap_or(0);
-    // No hot plans: a replica's memory may lag other replicas' writes, and
-    // reads must be linearizable.
-    let hub = Arc::new(Hub::new(start_u, opts.watch_buffer, 0));
+    // deployment).
+    let start = snap
+        .kvs
+        .get(&log_key)
+        .map_or(0, |kv| u64::try_from(kv.mod_revision).unwrap_or(0));
+    let loaded = snap.revision;
+    // No hot plans: the copy is the cache, and it is fenced per read.
+    let hub = Arc::new(Hub::new(start, opts.watch_buffer, 0));
     let inner = Arc::new(Inner {
         health: Health::new(client.describe().to_owned()),
         client,
         keys,
         hub: Arc::clone(&hub),
-        rt: rt.clone(),
-        revision: AtomicU64::new(start_u),
+        mirror: Mirror::new(snap),
+        claims: Claims::default(),
+        barrier: Barrier::default(),
+        log_key,
+        written: AtomicI64::new(0),
+        revision: AtomicU64::new(start),
         closed: AtomicBool::new(false),
         close_signal: Notify::new(),
         writes: Arc::new(Semaphore::new(opts.max_in_flight.max(1))),
         last_now: Mutex::new(0),
         presence: Mutex::new(None),
         opts: opts.clone(),
-        _runtime: runtime,
     });
-    let follower = rt.spawn(crate::follow::follow(Arc::clone(&inner), start + 1));
+    let mut tasks = vec![tokio::spawn(crate::follow::follow(Arc::clone(&inner)))];
+    let barrier = Arc::clone(&inner);
+    tasks.push(tokio::spawn(async move {
+        barrier
+            .barrier
+            .serve(&barrier.client, barrier.log_key.clone())
+            .await;
+    }));
     // A member out of rotation is reduced redundancy, not an outage.
     let mut out = inner.client.members_out();
     let weak = Arc::downgrade(&inner);
-    rt.spawn(async move {
+    tasks.push(tokio::spawn(async move {
         loop {
             let count = *out.borrow_and_update();
             match weak.upgrade() {
@@ -114,34 +116,47 @@ pub async fn open(opts: &EtcdOptions) -> Result<Store> {
                 return;
             }
         }
-    });
-    tracing::info!(endpoints = %inner.client.describe(), prefix = %opts.prefix, revision = start, "etcd store open");
+    }));
+    tracing::info!(endpoints = %inner.client.describe(), prefix = %opts.prefix, revision = start, etcd_revision = loaded, "etcd store open");
     let engine = Etcd {
         inner,
-        follower: Mutex::new(Some(follower)),
+        tasks: Mutex::new(tasks),
     };
     Ok(Store::new(Arc::new(engine), hub))
 }
 
+/// The ticket a write holds in this replica's queue, given back however
+/// the write ends.
+struct Ticket<'a> {
+    claims: &'a Claims,
+    ticket: Option<u64>,
+}
+
+impl Drop for Ticket<'_> {
+    fn drop(&mut self) {
+        if let Some(t) = self.ticket {
+            self.claims.release(t);
+        }
+    }
+}
+
 /// Runs one write job to its end: committed and answered, failed and
-/// answered, or retried after losing a race.
-fn run_write(inner: &Inner, mut job: WriteJob) {
+/// answered, or run again after losing a race.
+async fn run_write(inner: &Inner, mut job: WriteJob) {
     let now = inner.now();
     let mut attempt = 0;
+    let mut fenced = false;
+    let mut ticket = Ticket {
+        claims: &inner.claims,
+        ticket: None,
+    };
     loop {
-        attempt += 1;
-        let mut txn = Txn::writer(inner.client.clone(), inner.keys.clone(), inner.rt.clone());
+        let mut txn = Txn::writer(inner.keys.clone(), inner.mirror.snapshot());
+        let snapshot = txn.snapshot();
         let mut staged = Vec::new();
-        let snapshot = match txn.revision() {
-            Ok(s) => s,
-            Err(e) => {
-                let (finish, _) = job(None);
-                finish(&Err(e), 1);
-                return;
-            }
-        };
         let (finish, poisoned) = {
-            let mut ctx = Ctx::pending(&mut txn, now, snapshot, &mut staged);
+            let revision = txn.revision().unwrap_or(0);
+            let mut ctx = Ctx::pending(&mut txn, now, revision, &mut staged);
             job(Some(&mut ctx))
         };
         if let Some(e) = poisoned {
@@ -149,13 +164,42 @@ fn run_write(inner: &Inner, mut job: WriteJob) {
             return;
         }
         if !txn.has_changes() {
-            // Refused before writing, or nothing to change: answered as is.
+            // Refused before writing, or nothing to change. No compare
+            // guards that answer: it must not come from a copy that lags a
+            // write acknowledged before this one began.
+            if !fenced {
+                fenced = true;
+                if let Err(e) = fence(inner).await {
+                    finish(&Err(e), 1);
+                    return;
+                }
+                if inner.mirror.applied() > snapshot {
+                    drop(finish);
+                    continue;
+                }
+            }
             finish(&Ok(()), 1);
             return;
         }
-        let committed = txn
-            .transaction(inner.opts.max_txn_ops)
-            .and_then(|txn| inner.rt.block_on(inner.client.txn(txn)));
+        if let Err(wait) = inner.claims.claim(
+            &mut ticket.ticket,
+            txn.footprint(),
+            snapshot,
+            inner.mirror.applied(),
+        ) {
+            // An earlier write of this replica changes what this one read:
+            // run again once the copy has it (not counted as an attempt).
+            drop(finish);
+            if let Some(r) = settled(wait).await {
+                let _ = inner.mirror.reached(r, inner.client.timeout()).await;
+            }
+            continue;
+        }
+        attempt += 1;
+        let committed = match txn.transaction(inner.opts.max_txn_ops) {
+            Ok(t) => inner.client.txn(t).await,
+            Err(e) => Err(e),
+        };
         let resp = match committed {
             Ok(resp) => resp,
             Err(e) => {
@@ -163,8 +207,10 @@ fn run_write(inner: &Inner, mut job: WriteJob) {
                 return;
             }
         };
+        let revision = resp.header.as_ref().map_or(0, |h| h.revision);
         if !resp.succeeded {
-            // Something it read changed: run it again on the new state.
+            // Another replica changed something it read: run it again on
+            // the copy once it has that change.
             drop(finish);
             if attempt >= inner.opts.max_attempts {
                 let (finish, _) = job(None);
@@ -176,42 +222,59 @@ fn run_write(inner: &Inner, mut job: WriteJob) {
                 );
                 return;
             }
-            std::thread::sleep(Duration::from_micros(
-                200 * u64::from(attempt.min(20)) + fastrand_micros(),
-            ));
+            let _ = inner.mirror.reached(revision, CATCH_UP).await;
+            if attempt > 1 {
+                tokio::time::sleep(Duration::from_micros(
+                    200 * u64::from(attempt.min(20)) + jitter_micros(),
+                ))
+                .await;
+            }
             continue;
         }
         drop(finish);
-        let revision = resp
-            .header
-            .as_ref()
-            .map_or(0, |h| u64::try_from(h.revision).unwrap_or(0));
-        if txn.logged() {
-            inner.observed(revision);
+        if let Some(t) = ticket.ticket.take() {
+            // Later writes of the same keys wait for the copy to have it.
+            inner.claims.committed(t, revision);
         }
-        let compact_to = txn.compact_to();
-        // The answer: the same mutation on the same snapshot, now knowing
-        // its revision (its changes are dropped; they are committed).
-        let replay = txn.replay();
-        let mut staged = Vec::new();
-        let (finish, _) = {
-            let mut ctx = Ctx::new(replay, now, revision.saturating_sub(1), &mut staged);
-            job(Some(&mut ctx))
-        };
-        finish(&Ok(()), 1);
-        if let Some(upto) = compact_to {
-            // etcd keeps revision upto + 1 and everything after it.
-            let to = i64::try_from(upto + 1).unwrap_or(i64::MAX);
-            if let Err(e) = inner.rt.block_on(inner.client.compact(to)) {
-                tracing::warn!(error = %e, "etcd compaction failed; the next one retries");
-            }
-        }
+        answer(inner, txn, job, now, revision).await;
         return;
     }
 }
 
+/// Answers a committed write, and runs the etcd compaction it asked for.
+async fn answer(
+    inner: &Inner,
+    mut txn: Txn,
+    mut job: WriteJob,
+    now: cairn_core::Micros,
+    revision: i64,
+) {
+    inner.written.fetch_max(revision, Ordering::AcqRel);
+    let revision = u64::try_from(revision).unwrap_or(0);
+    if txn.logged() {
+        inner.observed(revision);
+    }
+    let compact_to = txn.compact_to();
+    // The answer: the same mutation on the same snapshot, now knowing its
+    // revision (its changes are dropped; they are committed).
+    let replay = txn.replay();
+    let mut staged = Vec::new();
+    let (finish, _) = {
+        let mut ctx = Ctx::new(replay, now, revision.saturating_sub(1), &mut staged);
+        job(Some(&mut ctx))
+    };
+    finish(&Ok(()), 1);
+    if let Some(upto) = compact_to {
+        // etcd keeps revision upto + 1 and everything after it.
+        let to = i64::try_from(upto + 1).unwrap_or(i64::MAX);
+        if let Err(e) = inner.client.compact(to).await {
+            tracing::warn!(error = %e, "etcd compaction failed; the next one retries");
+        }
+    }
+}
+
 /// A little jitter, so racing replicas do not retry in lockstep.
-fn fastrand_micros() -> u64 {
+fn jitter_micros() -> u64 {
     u64::from(
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -220,16 +283,33 @@ fn fastrand_micros() -> u64 {
     )
 }
 
+/// Waits until the copy holds every mutation committed before this call
+/// (and this replica's own writes): what makes a read from it
+/// linearizable.
+async fn fence(inner: &Inner) -> Result<()> {
+    let last = inner.barrier.revision().await?;
+    let target = last.max(inner.written.load(Ordering::Acquire));
+    inner.mirror.reached(target, inner.client.timeout()).await
+}
+
+/// Serves a read from the copy once it is fenced.
+async fn run_read(inner: &Inner, job: ReadJob) {
+    match fence(inner).await {
+        Ok(()) => job(Ok(&Txn::reader(
+            inner.keys.clone(),
+            inner.mirror.snapshot(),
+        ))),
+        Err(e) => job(Err(e)),
+    }
+}
+
 impl Backend for Etcd {
     fn read(&self, job: ReadJob) -> Result<()> {
         if self.inner.is_closed() {
             return Err(Error::ShuttingDown);
         }
         let inner = Arc::clone(&self.inner);
-        self.inner.rt.spawn_blocking(move || {
-            let txn = Txn::reader(inner.client.clone(), inner.keys.clone(), inner.rt.clone());
-            job(&txn);
-        });
+        tokio::spawn(async move { run_read(&inner, job).await });
         Ok(())
     }
 
@@ -243,18 +323,48 @@ impl Backend for Etcd {
                 .await
                 .map_err(|_| Error::ShuttingDown)?;
             let inner = Arc::clone(&self.inner);
-            let done = self.inner.rt.spawn_blocking(move || {
+            // Its own task: a caller that goes away does not stop a commit
+            // half way through its queue.
+            let done = tokio::spawn(async move {
                 let _permit = permit;
-                // A panic is the job's own (caught inside it); this guards
-                // the engine's code around it.
-                let _ = guard(|| {
-                    run_write(&inner, job);
-                    Ok(())
-                });
+                run_write(&inner, job).await;
             });
             done.await
                 .map_err(|e| Error::Internal(format!("write task: {e}")))
         })
+    }
+
+    fn log(
+        &self,
+        from: u64,
+        limit: usize,
+        max_bytes: usize,
+    ) -> Option<BoxFuture<'_, Result<Vec<Revision>>>> {
+        Some(Box::pin(async move {
+            // Through the last revision the copy holds: committed, and
+            // dispatched or about to be.
+            let upto = self
+                .inner
+                .mirror
+                .snapshot()
+                .kvs
+                .get(&self.inner.log_key)
+                .map_or(0, |kv| kv.mod_revision);
+            let from_i = i64::try_from(from).unwrap_or(i64::MAX).max(1);
+            if from_i > upto {
+                return Ok(Vec::new());
+            }
+            crate::follow::history(
+                &self.inner.client,
+                self.inner.log_key.clone(),
+                from_i,
+                upto,
+                limit.max(1),
+                max_bytes,
+                u64::try_from(upto).unwrap_or(0),
+            )
+            .await
+        }))
     }
 
     fn revision(&self) -> u64 {
@@ -274,27 +384,15 @@ impl Backend for Etcd {
     }
 
     fn announce(&self, name: &str) -> BoxFuture<'_, Result<()>> {
-        let announce = crate::presence::announce(Arc::clone(&self.inner), name.to_owned());
-        Box::pin(async move {
-            self.inner
-                .rt
-                .spawn(announce)
-                .await
-                .map_err(|e| Error::Internal(format!("replica announcement: {e}")))?
-        })
+        Box::pin(crate::presence::announce(
+            Arc::clone(&self.inner),
+            name.to_owned(),
+        ))
     }
 
     fn replicas(&self) -> BoxFuture<'_, Result<Option<BTreeSet<String>>>> {
         let inner = Arc::clone(&self.inner);
-        Box::pin(async move {
-            let alive = self
-                .inner
-                .rt
-                .spawn(async move { crate::presence::replicas(&inner).await })
-                .await
-                .map_err(|e| Error::Internal(format!("replicas read: {e}")))??;
-            Ok(Some(alive))
-        })
+        Box::pin(async move { Ok(Some(crate::presence::replicas(&inner).await?)) })
     }
 
     fn observe(&self, e: Error) -> Error {
@@ -318,20 +416,15 @@ impl Backend for Etcd {
             // Writes already running finish and are answered.
             let all = u32::try_from(self.inner.opts.max_in_flight.max(1)).unwrap_or(u32::MAX);
             let _drained = self.inner.writes.acquire_many(all).await;
-            let follower = self
-                .follower
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .take();
-            if let Some(f) = follower {
-                let _ = f.await;
+            let tasks =
+                std::mem::take(&mut *self.tasks.lock().unwrap_or_else(PoisonError::into_inner));
+            for t in &tasks {
+                t.abort();
             }
-            let inner = Arc::clone(&self.inner);
-            let _ = self
-                .inner
-                .rt
-                .spawn(async move { crate::presence::withdraw(&inner).await })
-                .await;
+            for t in tasks {
+                let _ = t.await;
+            }
+            crate::presence::withdraw(&self.inner).await;
         })
     }
 }

@@ -1,8 +1,10 @@
-//! Following the log: each replica runs ONE etcd watch on the log key from
-//! the last revision it dispatched, and hands every version (a committed
-//! Cairn revision, stamped with etcd's revision) to its watch hub — what
-//! the embedded writer does after each commit. Catch-up reads for slow
-//! watchers use a short-lived watch from a past revision the same way.
+//! Following the deployment: each replica runs ONE etcd watch on its whole
+//! prefix from the revision its copy ([`crate::mirror`]) has reached. Each
+//! message is applied to the copy, then every version of the log key in it
+//! (a committed Cairn revision, stamped with etcd's revision) goes to the
+//! watch hub — what the embedded writer does after each commit. Catch-up
+//! reads for slow watchers use a short-lived watch on the log key from a
+//! past revision.
 //!
 //! The watch asks for a leader (`hasleader`), so a member cut off from its
 //! cluster cancels it instead of serving a stale feed, and the replica
@@ -44,6 +46,7 @@ impl From<NotOpened> for Error {
 async fn open_watch(
     client: &Client,
     key: Vec<u8>,
+    range_end: Vec<u8>,
     start: i64,
 ) -> std::result::Result<(mpsc::Sender<WatchRequest>, tonic::Streaming<WatchResponse>), NotOpened> {
     let (tx, rx) = mpsc::channel(1);
@@ -51,6 +54,7 @@ async fn open_watch(
         request_union: Some(watch_request::RequestUnion::CreateRequest(
             WatchCreateRequest {
                 key,
+                range_end,
                 start_revision: start,
                 ..WatchCreateRequest::default()
             },
@@ -89,7 +93,7 @@ async fn open_watch_retrying(
 ) -> Result<(mpsc::Sender<WatchRequest>, tonic::Streaming<WatchResponse>)> {
     let deadline = tokio::time::Instant::now() + client.timeout();
     loop {
-        match open_watch(client, key.to_vec(), start).await {
+        match open_watch(client, key.to_vec(), Vec::new(), start).await {
             Err(NotOpened::Failed(Error::Unavailable(_)))
                 if tokio::time::Instant::now() < deadline =>
             {
@@ -204,23 +208,22 @@ async fn history_unbounded(
     }
 }
 
-/// Feeds the hub from `next` on, reconnecting until the engine closes.
-pub async fn follow(inner: Arc<Inner>, mut next: i64) {
+/// Keeps the copy and the hub current, reconnecting until the engine
+/// closes.
+pub async fn follow(inner: Arc<Inner>) {
     let mut pause = Duration::from_millis(50);
     loop {
         if inner.is_closed() {
             return;
         }
-        match follow_once(&inner, &mut next).await {
+        match follow_once(&inner).await {
             Ok(Flow::Closed) => return,
-            // Only foreign revisions were compacted: nothing was lost, and
-            // the replica serves on without a pause.
-            Ok(Flow::Resume) => {}
+            Ok(Flow::Resume) => pause = Duration::from_millis(50),
             Err(e) => {
                 if inner.is_closed() {
                     return;
                 }
-                tracing::warn!(error = %e, next, "etcd log watch broken; reconnecting");
+                tracing::warn!(error = %e, applied = inner.mirror.applied(), "etcd watch broken; reconnecting");
                 inner.health.set(Readiness::Recovering);
                 tokio::time::sleep(pause).await;
                 pause = (pause * 2).min(Duration::from_secs(2));
@@ -229,18 +232,17 @@ pub async fn follow(inner: Arc<Inner>, mut next: i64) {
     }
 }
 
-/// How a log watch ended without an error.
+/// How a watch ended without an error.
 enum Flow {
     /// The engine closed.
     Closed,
-    /// Watch again from `next`.
+    /// Watch again from where the copy is.
     Resume,
 }
 
 /// Whether etcd's compaction to `compact` took Cairn revisions from `next`
 /// on that this replica never dispatched: the log key's last version at
-/// the compact revision is one of them. Revisions of other keys sharing
-/// the cluster (an operator's compaction of foreign history) lose nothing.
+/// the compact revision is one of them.
 async fn lost_to_compaction(inner: &Inner, next: i64, compact: i64) -> bool {
     let at = inner
         .client
@@ -257,32 +259,41 @@ async fn lost_to_compaction(inner: &Inner, next: i64, compact: i64) -> bool {
     }
 }
 
-async fn follow_once(inner: &Inner, next: &mut i64) -> Result<Flow> {
-    let (_keep, mut stream) = open_watch(&inner.client, inner.keys.log(), *next).await?;
+/// The history the watch needed is gone: read the whole prefix again.
+/// Cairn revisions in the gap that this replica never dispatched are lost
+/// to its watchers (said loudly); anything else (other keys' history) is
+/// only a reload.
+async fn reload(inner: &Inner, next: i64, compact: i64) -> Result<()> {
+    if lost_to_compaction(inner, next, compact).await {
+        tracing::error!(
+            next,
+            compact_revision = compact,
+            "etcd compacted revisions this replica had not dispatched yet"
+        );
+    } else {
+        tracing::info!(
+            next,
+            compact_revision = compact,
+            "etcd was compacted past this replica's position, over revisions that are not Cairn's; reloading"
+        );
+    }
+    let fresh = crate::mirror::load(&inner.client, &inner.keys).await?;
+    inner.mirror.replace(fresh);
+    Ok(())
+}
+
+async fn follow_once(inner: &Inner) -> Result<Flow> {
+    let next = inner.mirror.applied() + 1;
+    let prefix = inner.keys.prefix().to_vec();
+    let end = crate::keys::prefix_end(&prefix);
+    let (_keep, mut stream) = open_watch(&inner.client, prefix, end, next).await?;
     loop {
         let msg = tokio::select! {
             m = next_message(&inner.client, &mut stream, Patience::Forever) => m?,
             () = inner.closed() => return Ok(Flow::Closed),
         };
         if msg.compact_revision > 0 {
-            if lost_to_compaction(inner, *next, msg.compact_revision).await {
-                // Revisions this replica never dispatched are gone: its
-                // watchers cannot be told what they missed. Say so loudly
-                // and go on from what etcd still holds.
-                tracing::error!(
-                    next = *next,
-                    compact_revision = msg.compact_revision,
-                    "etcd compacted revisions this replica had not dispatched yet"
-                );
-                *next = msg.compact_revision;
-                return Err(Error::Unavailable("log compacted under the watch".into()));
-            }
-            tracing::info!(
-                next = *next,
-                compact_revision = msg.compact_revision,
-                "etcd was compacted past this replica's position, over revisions that are not Cairn's; following on"
-            );
-            *next = msg.compact_revision;
+            reload(inner, next, msg.compact_revision).await?;
             return Ok(Flow::Resume);
         }
         if msg.canceled {
@@ -294,20 +305,15 @@ async fn follow_once(inner: &Inner, next: &mut i64) -> Result<Flow> {
         if msg.created {
             inner.health.set(Readiness::Serving);
         }
-        let mut revisions = Vec::with_capacity(msg.events.len());
-        for ev in msg.events {
-            let Some(kv) = ev.kv else { continue };
-            if ev.r#type != EventType::Put as i32 {
-                continue;
-            }
-            match logged(&kv) {
-                Ok((r, _)) => revisions.push(Arc::new(r)),
-                Err(e) => {
-                    tracing::error!(revision = kv.mod_revision, error = %e, "a logged revision does not decode; skipped");
-                }
-            }
-            *next = kv.mod_revision + 1;
+        if msg.events.is_empty() {
+            continue;
         }
+        let revisions = inner.mirror.apply(msg.events, &inner.log_key);
+        tracing::trace!(
+            applied = inner.mirror.applied(),
+            logged = revisions.len(),
+            "watch message applied"
+        );
         if let Some(last) = revisions.last() {
             inner.observed(last.revision);
             cairn_store::telemetry::revision(last.revision);

@@ -42,6 +42,11 @@ impl Keys {
         }
     }
 
+    /// The deployment's prefix: every key of it starts with this.
+    pub fn prefix(&self) -> &[u8] {
+        &self.prefix
+    }
+
     fn key(&self, parts: &[&[u8]]) -> Vec<u8> {
         let mut k = self.prefix.clone();
         for p in parts {

@@ -25,12 +25,15 @@
 //! Cairn's revision **is** etcd's: strictly increasing, and dense only if
 //! nothing else writes to that etcd (other prefixes, compaction records).
 
+pub mod barrier;
+pub mod claims;
 pub mod client;
 pub mod decode;
 pub mod engine;
 pub mod follow;
 pub mod keys;
 pub mod migrate;
+pub mod mirror;
 pub mod presence;
 pub mod shared;
 pub mod txn;

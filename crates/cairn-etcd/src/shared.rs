@@ -1,7 +1,7 @@
-//! What the etcd engine's parts share: its options, its own runtime, and
-//! the state its writers, readers and log follower all hold.
+//! What the etcd engine's parts share: its options, and the state its
+//! writers, readers and follower all hold.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -9,11 +9,13 @@ use cairn_core::Micros;
 use cairn_store::health::Health;
 use cairn_store::hub::Hub;
 use cairn_store::now_micros;
-use tokio::runtime::Handle;
 use tokio::sync::{Notify, Semaphore};
 
+use crate::barrier::Barrier;
+use crate::claims::Claims;
 use crate::client::{Client, Connection};
 use crate::keys::Keys;
+use crate::mirror::Mirror;
 
 /// How the etcd engine is set up.
 #[derive(Debug, Clone)]
@@ -27,8 +29,7 @@ pub struct EtcdOptions {
     /// Most operations etcd accepts in one transaction (its
     /// `--max-txn-ops`, 128 by default).
     pub max_txn_ops: usize,
-    /// Mutations in flight at once (each holds a blocking thread while it
-    /// waits for etcd); more wait.
+    /// Mutations in flight at once; more wait.
     pub max_in_flight: usize,
     /// Times a mutation runs again after losing a race before it fails.
     pub max_attempts: u32,
@@ -57,28 +58,24 @@ impl EtcdOptions {
     }
 }
 
-/// The engine's own runtime: etcd's connections, the log watch and the
-/// blocking threads the transactions wait on live here, whatever runtime (and
-/// flavour) the caller runs on — a transaction's `block_on` needs a runtime whose
-/// timers and sockets other threads drive.
-pub(crate) struct OwnRuntime(pub(crate) Option<tokio::runtime::Runtime>);
-
-impl Drop for OwnRuntime {
-    fn drop(&mut self) {
-        if let Some(rt) = self.0.take() {
-            // Never blocks: may run inside another runtime's task.
-            rt.shutdown_background();
-        }
-    }
-}
-
 /// What the engine's parts share.
 pub struct Inner {
     pub(crate) client: Client,
     pub(crate) keys: Keys,
     pub(crate) hub: Arc<Hub>,
     pub(crate) health: Health,
-    pub(crate) rt: Handle,
+    /// The replica's copy of the deployment's keys.
+    pub(crate) mirror: Mirror,
+    /// This replica's writes not yet in the copy, per key.
+    pub(crate) claims: Claims,
+    /// The shared linearizable read that fences reads from the copy.
+    pub(crate) barrier: Barrier,
+    /// The log key, compared on every event of the watch.
+    pub(crate) log_key: Vec<u8>,
+    /// The last etcd revision this replica committed: its own reads see
+    /// it, even a maintenance write the log key does not record.
+    pub(crate) written: AtomicI64,
+    /// Last Cairn revision known committed.
     pub(crate) revision: AtomicU64,
     pub(crate) closed: AtomicBool,
     pub(crate) close_signal: Notify,
@@ -87,8 +84,6 @@ pub struct Inner {
     /// The etcd lease this replica's presence is on, once announced.
     pub(crate) presence: Mutex<Option<i64>>,
     pub(crate) opts: EtcdOptions,
-    /// Owns what `rt` runs on; last, so it goes after everything using it.
-    pub(crate) _runtime: OwnRuntime,
 }
 
 impl Inner {

@@ -1,15 +1,18 @@
-//! The store's transactions over etcd: reads pinned to one etcd revision, and a
-//! write that buffers its changes and remembers what it read, so that its
-//! commit is one etcd transaction comparing every key and range it read.
+//! The store's transactions over etcd: reads from one snapshot of the
+//! replica's copy ([`crate::mirror`], one etcd revision), and a write that
+//! buffers its changes and remembers what it read, so that its commit is
+//! one etcd transaction comparing every key and range it read.
 //!
-//! The transactions are synchronous (the mutations in `cairn-store` are plain
-//! functions); they run on blocking threads and wait for etcd there.
+//! Nothing here waits for etcd: a mutation runs on memory, and only its
+//! commit goes to the cluster. A copy that lags the cluster costs a failed
+//! compare and a second run, never a wrong answer.
 //!
 //! Records are decoded and stamped with their commit's revision by
 //! [`crate::decode`].
 
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 use cairn_core::error::{Error, Result};
 use cairn_core::inbox::Awaiting;
@@ -19,14 +22,12 @@ use cairn_store::codec;
 use cairn_store::records::{PlanRecord, PrincipalRecord, Revision, SessionPage, TodoRecord};
 use cairn_store::{PENDING_REVISION, ReadTxn, WriteTxn};
 use serde::de::DeserializeOwned;
-use tokio::runtime::Handle;
 
-use crate::client::Client;
 use crate::decode::{Stamp, record};
 use crate::keys::{Keys, prefix_end, suffix};
+use crate::mirror::Snap;
 use crate::pb::etcdserverpb::{
-    Compare, DeleteRangeRequest, PutRequest, RangeRequest, RequestOp, TxnRequest, compare,
-    request_op,
+    Compare, DeleteRangeRequest, PutRequest, RequestOp, TxnRequest, compare, request_op,
 };
 use crate::pb::mvccpb::KeyValue;
 
@@ -38,9 +39,6 @@ enum Compared {
     Not,
 }
 
-/// A range read: start, end, limit.
-type RangeKey = (Vec<u8>, Vec<u8>, i64);
-
 /// What a write read, to compare at commit.
 #[derive(Debug, Default)]
 struct ReadSet {
@@ -50,17 +48,31 @@ struct ReadSet {
     ranges: Vec<(Vec<u8>, Vec<u8>)>,
 }
 
-/// Reads at one etcd revision; inside a write, also its buffered changes.
+/// What a write touches, for ordering it behind this replica's other
+/// writes to the same keys (see [`crate::claims`]).
+#[derive(Debug, Default, Clone)]
+pub struct Footprint {
+    pub reads: Vec<Vec<u8>>,
+    pub ranges: Vec<(Vec<u8>, Vec<u8>)>,
+    pub writes: Vec<Vec<u8>>,
+}
+
+impl Footprint {
+    /// Whether a write of `other` changes something this one read or
+    /// wrote.
+    pub fn depends_on(&self, other: &Footprint) -> bool {
+        other.writes.iter().any(|w| {
+            self.reads.contains(w)
+                || self.writes.contains(w)
+                || self.ranges.iter().any(|(start, end)| w >= start && w < end)
+        })
+    }
+}
+
+/// Reads at one snapshot; inside a write, also its buffered changes.
 pub struct Txn {
-    client: Client,
     keys: Keys,
-    rt: Handle,
-    /// The etcd revision every read is pinned to; 0 until the first read.
-    snapshot: Cell<i64>,
-    /// Point reads already made, so a replay reads nothing again.
-    cache: RefCell<HashMap<Vec<u8>, Option<KeyValue>>>,
-    /// Range reads already made, likewise.
-    range_cache: RefCell<HashMap<RangeKey, Vec<KeyValue>>>,
+    snap: Snap,
     /// Recorded only for writes.
     reads: RefCell<Option<ReadSet>>,
     /// A write's changes: key → new value, or `None` for a delete.
@@ -71,16 +83,22 @@ pub struct Txn {
     logged: bool,
 }
 
+/// A key-value as a mutation wrote it, before etcd stamps its revision.
+fn pending(key: &[u8], value: &[u8]) -> Arc<KeyValue> {
+    Arc::new(KeyValue {
+        key: key.to_vec(),
+        value: value.to_vec(),
+        mod_revision: i64::try_from(PENDING_REVISION).unwrap_or(i64::MAX),
+        ..KeyValue::default()
+    })
+}
+
 impl Txn {
     /// A read transaction.
-    pub fn reader(client: Client, keys: Keys, rt: Handle) -> Self {
+    pub fn reader(keys: Keys, snap: Snap) -> Self {
         Txn {
-            client,
             keys,
-            rt,
-            snapshot: Cell::new(0),
-            cache: RefCell::new(HashMap::new()),
-            range_cache: RefCell::new(HashMap::new()),
+            snap,
             reads: RefCell::new(None),
             changes: BTreeMap::new(),
             compact_to: None,
@@ -89,14 +107,14 @@ impl Txn {
     }
 
     /// A write transaction: it records what it reads.
-    pub fn writer(client: Client, keys: Keys, rt: Handle) -> Self {
-        let v = Txn::reader(client, keys, rt);
+    pub fn writer(keys: Keys, snap: Snap) -> Self {
+        let v = Txn::reader(keys, snap);
         *v.reads.borrow_mut() = Some(ReadSet::default());
         v
     }
 
-    /// The same snapshot and reads with no changes, to run a mutation again
-    /// once its revision is known (nothing it writes is kept).
+    /// The same snapshot with no changes, to run a mutation again once its
+    /// revision is known (nothing it writes is kept).
     pub fn replay(&mut self) -> &mut Self {
         self.changes.clear();
         *self.reads.borrow_mut() = None;
@@ -118,57 +136,34 @@ impl Txn {
         self.compact_to
     }
 
-    /// The etcd revision the reads are pinned to, reading it if needed.
-    pub fn snapshot(&self) -> Result<i64> {
-        if self.snapshot.get() == 0 {
-            // Any linearizable read fixes it; the log key is small to fetch
-            // by key only, and is never compared (every mutation writes it).
-            let key = self.keys.log();
-            let resp = self.block(self.client.range(RangeRequest {
-                key: key.clone(),
-                keys_only: true,
-                ..RangeRequest::default()
-            }))?;
-            self.pin(resp.header.as_ref().map_or(0, |h| h.revision));
-            // Its revision is all a transaction needs of it (revision(), the end
-            // of a log read): cached, it costs no second read.
-            self.cache
-                .borrow_mut()
-                .insert(key, resp.kvs.into_iter().next());
-        }
-        Ok(self.snapshot.get())
+    /// The etcd revision of the snapshot.
+    pub fn snapshot(&self) -> i64 {
+        self.snap.revision
     }
 
-    fn pin(&self, revision: i64) {
-        if self.snapshot.get() == 0 {
-            self.snapshot.set(revision);
+    /// What this write read and changed, but the log and the compact mark
+    /// every mutation or compaction writes without reading.
+    pub fn footprint(&self) -> Footprint {
+        let (log, compact) = (self.keys.log(), self.keys.compact());
+        let reads = self.reads.borrow();
+        Footprint {
+            reads: reads
+                .as_ref()
+                .map(|r| r.keys.keys().cloned().collect())
+                .unwrap_or_default(),
+            ranges: reads.as_ref().map(|r| r.ranges.clone()).unwrap_or_default(),
+            writes: self
+                .changes
+                .keys()
+                .filter(|k| **k != log && **k != compact)
+                .cloned()
+                .collect(),
         }
-    }
-
-    fn block<T>(&self, f: impl std::future::Future<Output = Result<T>>) -> Result<T> {
-        self.rt.block_on(f)
     }
 
     /// One key at the snapshot, without the write's own changes.
-    fn fetch(&self, key: &[u8], compared: Compared) -> Result<Option<KeyValue>> {
-        let cached = self.cache.borrow().get(key).cloned();
-        let kv = if let Some(kv) = cached {
-            kv
-        } else {
-            let resp = self.block(self.client.range(RangeRequest {
-                key: key.to_vec(),
-                revision: self.snapshot.get(),
-                // Once pinned to a revision a linearizable read returned,
-                // any member that has applied it answers the same: no
-                // second round of consensus.
-                serializable: self.snapshot.get() > 0,
-                ..RangeRequest::default()
-            }))?;
-            self.pin(resp.header.as_ref().map_or(0, |h| h.revision));
-            let kv = resp.kvs.into_iter().next();
-            self.cache.borrow_mut().insert(key.to_vec(), kv.clone());
-            kv
-        };
+    fn fetch(&self, key: &[u8], compared: Compared) -> Option<Arc<KeyValue>> {
+        let kv = self.snap.kvs.get(key).cloned();
         if compared == Compared::AtCommit
             && let Some(reads) = self.reads.borrow_mut().as_mut()
         {
@@ -176,32 +171,26 @@ impl Txn {
                 .keys
                 .insert(key.to_vec(), kv.as_ref().map_or(0, |kv| kv.mod_revision));
         }
-        Ok(kv)
+        kv
     }
 
     /// One key as this transaction sees it: its own change first.
-    fn get(&self, key: &[u8]) -> Result<Option<KeyValue>> {
+    fn get(&self, key: &[u8]) -> Option<Arc<KeyValue>> {
         if let Some(change) = self.changes.get(key) {
             // Still compared: what the write replaces must be what it read.
-            self.fetch(key, Compared::AtCommit)?;
-            return Ok(change.as_ref().map(|value| KeyValue {
-                key: key.to_vec(),
-                value: value.clone(),
-                mod_revision: i64::try_from(PENDING_REVISION).unwrap_or(i64::MAX),
-                ..KeyValue::default()
-            }));
+            self.fetch(key, Compared::AtCommit);
+            return change.as_ref().map(|value| pending(key, value));
         }
         self.fetch(key, Compared::AtCommit)
     }
 
     /// The names under the prefix `start` (each key's last part), in key
     /// order: an index's members.
-    fn names_under(&self, start: &[u8]) -> Result<Vec<String>> {
-        let kvs = self.scan(start, &prefix_end(start), None, 0)?;
-        Ok(kvs
+    fn names_under(&self, start: &[u8]) -> Vec<String> {
+        self.scan(start, &prefix_end(start), None, 0)
             .iter()
             .filter_map(|kv| suffix(&kv.key, start).map(str::to_owned))
-            .collect())
+            .collect()
     }
 
     /// At most `limit` (at least one) records under the prefix `start`,
@@ -212,9 +201,9 @@ impl Txn {
         after_key: Option<&[u8]>,
         limit: usize,
     ) -> Result<Vec<T>> {
-        self.scan(start, &prefix_end(start), after_key, limit.max(1))?
+        self.scan(start, &prefix_end(start), after_key, limit.max(1))
             .iter()
-            .map(record)
+            .map(|kv| record(kv))
             .collect()
     }
 
@@ -226,7 +215,7 @@ impl Txn {
         end: &[u8],
         after: Option<&[u8]>,
         limit: usize,
-    ) -> Result<Vec<KeyValue>> {
+    ) -> Vec<Arc<KeyValue>> {
         let from = match after {
             Some(a) => {
                 let mut k = a.to_vec();
@@ -235,83 +224,69 @@ impl Txn {
             }
             None => start.to_vec(),
         };
-        let limit_i = i64::try_from(limit).unwrap_or(i64::MAX);
-        self.snapshot()?;
-        let cache_key = (from.clone(), end.to_vec(), limit_i);
-        let cached = self.range_cache.borrow().get(&cache_key).cloned();
-        let mut kvs = if let Some(kvs) = cached {
-            kvs
-        } else {
-            let resp = self.block(self.client.range(RangeRequest {
-                key: from.clone(),
-                range_end: end.to_vec(),
-                revision: self.snapshot.get(),
-                limit: limit_i,
-                serializable: true,
-                ..RangeRequest::default()
-            }))?;
-            self.range_cache
-                .borrow_mut()
-                .insert(cache_key, resp.kvs.clone());
-            resp.kvs
-        };
+        if from >= end.to_vec() {
+            return Vec::new();
+        }
         if let Some(reads) = self.reads.borrow_mut().as_mut() {
             reads.ranges.push((from.clone(), end.to_vec()));
         }
-        if self
+        let take = if limit == 0 { usize::MAX } else { limit };
+        let overlaid = self
             .changes
             .range(from.clone()..end.to_vec())
             .next()
-            .is_some()
-        {
-            let mut merged: BTreeMap<Vec<u8>, KeyValue> =
-                kvs.into_iter().map(|kv| (kv.key.clone(), kv)).collect();
-            for (k, change) in self.changes.range(from..end.to_vec()) {
-                match change {
-                    Some(value) => {
-                        merged.insert(
-                            k.clone(),
-                            KeyValue {
-                                key: k.clone(),
-                                value: value.clone(),
-                                mod_revision: i64::try_from(PENDING_REVISION).unwrap_or(i64::MAX),
-                                ..KeyValue::default()
-                            },
-                        );
-                    }
-                    None => {
-                        merged.remove(k);
-                    }
+            .is_some();
+        if !overlaid {
+            return self
+                .snap
+                .kvs
+                .range(from..end.to_vec())
+                .take(take)
+                .map(|(_, kv)| Arc::clone(kv))
+                .collect();
+        }
+        // Only the first `limit` plus the changes can make the first
+        // `limit` of the merge.
+        let extra = self.changes.range(from.clone()..end.to_vec()).count();
+        let mut merged: BTreeMap<Vec<u8>, Arc<KeyValue>> = self
+            .snap
+            .kvs
+            .range(from.clone()..end.to_vec())
+            .take(take.saturating_add(extra))
+            .map(|(k, kv)| (k.clone(), Arc::clone(kv)))
+            .collect();
+        for (k, change) in self.changes.range(from..end.to_vec()) {
+            match change {
+                Some(value) => {
+                    merged.insert(k.clone(), pending(k, value));
+                }
+                None => {
+                    merged.remove(k);
                 }
             }
-            kvs = merged.into_values().collect();
-            if limit > 0 {
-                kvs.truncate(limit);
-            }
         }
-        Ok(kvs)
+        merged.into_values().take(take).collect()
     }
 
     fn typed<T: DeserializeOwned + Stamp>(&self, key: &[u8]) -> Result<Option<T>> {
-        self.get(key)?.map(|kv| record(&kv)).transpose()
+        self.get(key).map(|kv| record(&kv)).transpose()
     }
 
     fn put(&mut self, key: Vec<u8>, value: Vec<u8>) {
         self.changes.insert(key, Some(value));
     }
 
-    fn delete(&mut self, key: Vec<u8>) -> Result<()> {
+    fn delete(&mut self, key: Vec<u8>) {
         // Compared like a read: a delete of something another replica
         // just changed must not win blindly.
-        self.fetch(&key, Compared::AtCommit)?;
+        self.fetch(&key, Compared::AtCommit);
         self.changes.insert(key, None);
-        Ok(())
     }
 
     /// The transaction for this write: compare everything read, apply
     /// every change. `max_ops` is the cluster's limit per transaction.
     pub fn transaction(&self, max_ops: usize) -> Result<TxnRequest> {
-        let snapshot = self.snapshot.get();
+        let snapshot = self.snap.revision;
         let mut compare = Vec::new();
         if let Some(reads) = self.reads.borrow().as_ref() {
             for (key, m) in &reads.keys {
@@ -365,30 +340,6 @@ impl Txn {
             failure: Vec::new(),
         })
     }
-
-    /// Logged revisions from `from`, read from etcd's history of the log
-    /// key, through the last one at this transaction's snapshot.
-    fn log_from(&self, from: u64, limit: usize, max_bytes: usize) -> Result<Vec<Revision>> {
-        let Some(last) = self.fetch(&self.keys.log(), Compared::Not)? else {
-            return Ok(Vec::new());
-        };
-        let upto = last.mod_revision;
-        let from = i64::try_from(from).unwrap_or(i64::MAX).max(1);
-        if from > upto {
-            return Ok(Vec::new());
-        }
-        let current = u64::try_from(self.snapshot.get()).unwrap_or(0);
-        let kvs = self.block(crate::follow::history(
-            &self.client,
-            self.keys.log(),
-            from,
-            upto,
-            limit.max(1),
-            max_bytes,
-            current,
-        ))?;
-        Ok(kvs)
-    }
 }
 
 impl ReadTxn for Txn {
@@ -396,14 +347,13 @@ impl ReadTxn for Txn {
     /// own may be ahead of it (compaction records, other writers), but no
     /// Cairn event lies between the two.
     fn revision(&self) -> Result<u64> {
-        self.snapshot()?;
         Ok(self
-            .fetch(&self.keys.log(), Compared::Not)?
+            .fetch(&self.keys.log(), Compared::Not)
             .map_or(0, |kv| u64::try_from(kv.mod_revision).unwrap_or(0)))
     }
 
     fn compact_revision(&self) -> Result<u64> {
-        let Some(kv) = self.fetch(&self.keys.compact(), Compared::Not)? else {
+        let Some(kv) = self.fetch(&self.keys.compact(), Compared::Not) else {
             return Ok(0);
         };
         std::str::from_utf8(&kv.value)
@@ -420,7 +370,7 @@ impl ReadTxn for Txn {
     }
 
     fn children(&self, id: &str) -> Result<Vec<String>> {
-        self.names_under(&self.keys.children(id))
+        Ok(self.names_under(&self.keys.children(id)))
     }
 
     fn sessions_after(&self, after: Option<&str>, limit: usize) -> Result<SessionPage> {
@@ -428,12 +378,12 @@ impl ReadTxn for Txn {
         let after_key = after.map(|a| self.keys.session(a));
         let limit = limit.max(1);
         // One more than asked tells whether more follow.
-        let kvs = self.scan(&start, &prefix_end(&start), after_key.as_deref(), limit + 1)?;
+        let kvs = self.scan(&start, &prefix_end(&start), after_key.as_deref(), limit + 1);
         let more = kvs.len() > limit;
         let sessions = kvs
             .iter()
             .take(limit)
-            .map(record::<Session>)
+            .map(|kv| record::<Session>(kv))
             .collect::<Result<Vec<_>>>()?;
         let next_after = if more {
             sessions.last().map(|s| s.session_id.clone())
@@ -459,7 +409,7 @@ impl ReadTxn for Txn {
     ) -> Result<(Vec<HistoryEntry>, Option<u64>)> {
         let start = self.keys.history(session_id);
         let first = self.keys.history_entry(session_id, from);
-        let kvs = self.scan(&first, &prefix_end(&start), None, 0)?;
+        let kvs = self.scan(&first, &prefix_end(&start), None, 0);
         let mut out = Vec::new();
         let mut bytes = 0;
         for kv in &kvs {
@@ -485,8 +435,12 @@ impl ReadTxn for Txn {
         self.records_after(&self.keys.all_todos(), after_key.as_deref(), limit)
     }
 
-    fn revisions_from(&self, from: u64, limit: usize, max_bytes: usize) -> Result<Vec<Revision>> {
-        self.log_from(from, limit, max_bytes)
+    /// Never called on etcd: the log's history is etcd's, read with a
+    /// watch ([`cairn_store::Backend::log`]), not from the copy.
+    fn revisions_from(&self, from: u64, _limit: usize, _max_bytes: usize) -> Result<Vec<Revision>> {
+        Err(Error::Internal(format!(
+            "the etcd engine reads the log from {from} through Backend::log, not a snapshot"
+        )))
     }
 
     /// None: on etcd the log is compacted by count (`--retention-revisions`)
@@ -498,11 +452,11 @@ impl ReadTxn for Txn {
     }
 
     fn agent_sessions(&self, agent_id: &str) -> Result<Vec<String>> {
-        self.names_under(&self.keys.agent_sessions(agent_id))
+        Ok(self.names_under(&self.keys.agent_sessions(agent_id)))
     }
 
     fn leased(&self) -> Result<Vec<String>> {
-        self.names_under(&self.keys.all_leased())
+        Ok(self.names_under(&self.keys.all_leased()))
     }
 
     fn awaiting_after(&self, after: Option<&Awaiting>, limit: usize) -> Result<Vec<Awaiting>> {
@@ -513,7 +467,7 @@ impl ReadTxn for Txn {
             &prefix_end(&start),
             after_key.as_deref(),
             limit.max(1),
-        )?;
+        );
         Ok(kvs
             .iter()
             .filter_map(|kv| crate::keys::parse_awaiting(&kv.key, &start))
@@ -521,7 +475,9 @@ impl ReadTxn for Txn {
     }
 
     fn aux(&self, space: &str, key: &str) -> Result<Option<Vec<u8>>> {
-        Ok(self.get(&self.keys.aux(space, key))?.map(|kv| kv.value))
+        Ok(self
+            .get(&self.keys.aux(space, key))
+            .map(|kv| kv.value.clone()))
     }
 
     fn aux_after(
@@ -537,7 +493,7 @@ impl ReadTxn for Txn {
             &prefix_end(&start),
             after_key.as_deref(),
             limit.max(1),
-        )?;
+        );
         Ok(kvs
             .into_iter()
             .filter_map(|kv| suffix(&kv.key, &start).map(|k| (k.to_owned(), kv.value.clone())))
@@ -549,7 +505,7 @@ impl ReadTxn for Txn {
     }
 
     fn principal_by_token(&self, token_sha256: &str) -> Result<Option<PrincipalRecord>> {
-        let Some(kv) = self.get(&self.keys.token(token_sha256))? else {
+        let Some(kv) = self.get(&self.keys.token(token_sha256)) else {
             return Ok(None);
         };
         let id = String::from_utf8_lossy(&kv.value).into_owned();
@@ -574,7 +530,8 @@ impl WriteTxn for Txn {
     }
     fn delete_session(&mut self, id: &str) -> Result<()> {
         let key = self.keys.session(id);
-        self.delete(key)
+        self.delete(key);
+        Ok(())
     }
     fn put_child(&mut self, parent: &str, child: &str) -> Result<()> {
         let key = self.keys.child(parent, child);
@@ -583,7 +540,8 @@ impl WriteTxn for Txn {
     }
     fn delete_child(&mut self, parent: &str, child: &str) -> Result<()> {
         let key = self.keys.child(parent, child);
-        self.delete(key)
+        self.delete(key);
+        Ok(())
     }
     fn put_plan(&mut self, session_id: &str, record: &[u8]) -> Result<()> {
         let key = self.keys.plan(session_id);
@@ -592,7 +550,8 @@ impl WriteTxn for Txn {
     }
     fn delete_plan(&mut self, session_id: &str) -> Result<()> {
         let key = self.keys.plan(session_id);
-        self.delete(key)
+        self.delete(key);
+        Ok(())
     }
     fn put_history(&mut self, session_id: &str, seq: u64, e: &HistoryEntry) -> Result<()> {
         let key = self.keys.history_entry(session_id, seq);
@@ -603,8 +562,8 @@ impl WriteTxn for Txn {
         // Key by key, so every change in a transaction names one key (etcd
         // refuses a put inside a range it also deletes).
         let start = self.keys.history(session_id);
-        for kv in self.scan(&start, &prefix_end(&start), None, 0)? {
-            self.changes.insert(kv.key, None);
+        for kv in self.scan(&start, &prefix_end(&start), None, 0) {
+            self.changes.insert(kv.key.clone(), None);
         }
         Ok(())
     }
@@ -620,7 +579,8 @@ impl WriteTxn for Txn {
     }
     fn delete_agent_session(&mut self, agent_id: &str, session_id: &str) -> Result<()> {
         let key = self.keys.agent_session(agent_id, session_id);
-        self.delete(key)
+        self.delete(key);
+        Ok(())
     }
     fn put_aux(&mut self, space: &str, key: &str, value: &[u8]) -> Result<()> {
         let key = self.keys.aux(space, key);
@@ -629,7 +589,8 @@ impl WriteTxn for Txn {
     }
     fn delete_aux(&mut self, space: &str, key: &str) -> Result<()> {
         let key = self.keys.aux(space, key);
-        self.delete(key)
+        self.delete(key);
+        Ok(())
     }
     fn put_leased(&mut self, session_id: &str) -> Result<()> {
         let key = self.keys.leased(session_id);
@@ -638,7 +599,8 @@ impl WriteTxn for Txn {
     }
     fn delete_leased(&mut self, session_id: &str) -> Result<()> {
         let key = self.keys.leased(session_id);
-        self.delete(key)
+        self.delete(key);
+        Ok(())
     }
     fn put_awaiting(&mut self, key: &Awaiting) -> Result<()> {
         let key = self.keys.awaiting(key);
@@ -647,7 +609,8 @@ impl WriteTxn for Txn {
     }
     fn delete_awaiting(&mut self, key: &Awaiting) -> Result<()> {
         let key = self.keys.awaiting(key);
-        self.delete(key)
+        self.delete(key);
+        Ok(())
     }
     fn put_principal(&mut self, p: &PrincipalRecord) -> Result<()> {
         let id = p.principal.principal_id.clone();
@@ -656,7 +619,7 @@ impl WriteTxn for Txn {
             && old.token_sha256 != p.token_sha256
         {
             let key = self.keys.token(&old.token_sha256);
-            self.delete(key)?;
+            self.delete(key);
         }
         let token = self.keys.token(&p.token_sha256);
         self.put(token, id.clone().into_bytes());
@@ -666,9 +629,10 @@ impl WriteTxn for Txn {
     }
     fn delete_principal(&mut self, p: &PrincipalRecord) -> Result<()> {
         let key = self.keys.principal(&p.principal.principal_id);
-        self.delete(key)?;
+        self.delete(key);
         let token = self.keys.token(&p.token_sha256);
-        self.delete(token)
+        self.delete(token);
+        Ok(())
     }
     fn append_revision(&mut self, r: &Revision) -> Result<()> {
         let key = self.keys.log();

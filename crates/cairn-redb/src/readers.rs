@@ -2,15 +2,12 @@
 //! redb read transaction, so under load a reader wakes once per batch, not
 //! once per read, and reads never wait for the writer.
 
-use cairn_core::Micros;
-use cairn_core::error::{Error, Result};
+use cairn_core::error::Error;
 use redb::ReadableDatabase;
 
 use crate::tables::{Db, RedbTxn};
 use crate::{DbSlot, QueuedRead};
 use cairn_store::health::guard;
-use cairn_store::records::{self, Revision};
-use cairn_store::seam::ReadTxn;
 
 /// Most reads one reader thread serves from one read transaction.
 const READ_BATCH: usize = 64;
@@ -33,7 +30,7 @@ pub(super) fn run(slot: &DbSlot, rx: &crossbeam_channel::Receiver<QueuedRead>) {
             let err =
                 Error::Unavailable("the database is being reopened after a storage error".into());
             for job in jobs.drain(..) {
-                job(&FailedView(err.clone()));
+                job(Err(err.clone()));
             }
             continue;
         };
@@ -43,12 +40,12 @@ pub(super) fn run(slot: &DbSlot, rx: &crossbeam_channel::Receiver<QueuedRead>) {
             Ok(txn) => {
                 let view = RedbTxn(&txn);
                 for job in jobs.drain(..) {
-                    job(&view);
+                    job(Ok(&view));
                 }
             }
             Err(err) => {
                 for job in jobs.drain(..) {
-                    job(&FailedView(err.clone()));
+                    job(Err(err.clone()));
                 }
             }
         }
@@ -57,37 +54,4 @@ pub(super) fn run(slot: &DbSlot, rx: &crossbeam_channel::Receiver<QueuedRead>) {
             return;
         }
     }
-}
-
-/// Answers every read with the error that kept the transaction from opening.
-struct FailedView(Error);
-
-macro_rules! failed_view {
-    ($($name:ident($($arg:ty),*) -> $ret:ty;)*) => {
-        impl ReadTxn for FailedView {
-            $(fn $name(&self, $(_: $arg),*) -> Result<$ret> { Err(self.0.clone()) })*
-        }
-    };
-}
-
-failed_view! {
-    revision() -> u64;
-    compact_revision() -> u64;
-    session(&str) -> Option<cairn_core::session::Session>;
-    children(&str) -> Vec<String>;
-    sessions_after(Option<&str>, usize) -> records::SessionPage;
-    leased() -> Vec<String>;
-    awaiting_after(Option<&cairn_core::inbox::Awaiting>, usize) -> Vec<cairn_core::inbox::Awaiting>;
-    plan(&str) -> Option<records::PlanRecord>;
-    history(&str, u64, usize, usize) -> (Vec<cairn_core::plan_mode::HistoryEntry>, Option<u64>);
-    todos(&str) -> Option<records::TodoRecord>;
-    todos_after(Option<&str>, usize) -> Vec<records::TodoRecord>;
-    revisions_from(u64, usize, usize) -> Vec<Revision>;
-    revision_times(u64, usize) -> Vec<(u64, Micros)>;
-    agent_sessions(&str) -> Vec<String>;
-    aux(&str, &str) -> Option<Vec<u8>>;
-    aux_after(&str, Option<&str>, usize) -> Vec<(String, Vec<u8>)>;
-    principal(&str) -> Option<records::PrincipalRecord>;
-    principal_by_token(&str) -> Option<records::PrincipalRecord>;
-    principals_after(Option<&str>, usize) -> Vec<records::PrincipalRecord>;
 }

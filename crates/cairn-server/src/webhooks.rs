@@ -361,10 +361,7 @@ impl Webhooks {
                 continue;
             }
             let from = cursor + 1;
-            let revisions = self
-                .store
-                .read(move |v| v.revisions_from(from, 64, 4 << 20))
-                .await?;
+            let revisions = self.store.log_from(from, 64, 4 << 20).await?;
             if revisions.is_empty() {
                 tokio::time::sleep(POLL).await;
                 continue;

@@ -244,8 +244,9 @@ impl<'a> Ctx<'a> {
     }
 }
 
-/// Answers a read with the snapshot it ran on.
-pub type ReadJob = Box<dyn FnOnce(&dyn ReadTxn) + Send>;
+/// Answers a read with the snapshot it ran on, or with the error that kept
+/// the engine from taking one.
+pub type ReadJob = Box<dyn FnOnce(Result<&dyn ReadTxn>) + Send>;
 
 /// Called once a write's batch is settled: `Ok` once the commit holding it
 /// is durable, or the error that failed the batch; and how many mutations
@@ -269,6 +270,18 @@ pub trait Backend: Send + Sync + 'static {
     /// Queues `job` (about `bytes` of input) for a durable commit; waits
     /// while the queue is full. The job's finisher answers the caller.
     fn write(&self, job: WriteJob, bytes: usize) -> BoxFuture<'_, Result<()>>;
+    /// Logged revisions from `from` (inclusive) through the last committed
+    /// one, bounded like [`ReadTxn::revisions_from`], for an engine whose
+    /// log is not read from a snapshot (etcd: its own history, through a
+    /// watch). `None`: read it from a snapshot.
+    fn log(
+        &self,
+        _from: u64,
+        _limit: usize,
+        _max_bytes: usize,
+    ) -> Option<BoxFuture<'_, Result<Vec<Revision>>>> {
+        None
+    }
     /// Last committed revision.
     fn revision(&self) -> u64;
     /// Whether the engine can serve, for health checks.

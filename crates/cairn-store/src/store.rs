@@ -13,6 +13,7 @@ use tracing::Instrument as _;
 use crate::health::{Readiness, guard};
 use crate::hub::Hub;
 use crate::ops::{self, Applied};
+use crate::records::Revision;
 use crate::seam::{Backend, Ctx, Finisher, ReadJob, ReadTxn, WriteJob};
 
 /// A cheap, cloneable handle to the store: an engine and its hub.
@@ -207,14 +208,32 @@ impl Store {
         F: FnOnce(&dyn ReadTxn) -> Result<T> + Send + 'static,
     {
         let (tx, rx) = oneshot::channel();
-        let job: ReadJob = Box::new(move |view: &dyn ReadTxn| {
+        let job: ReadJob = Box::new(move |view: Result<&dyn ReadTxn>| {
             // The caller may have gone away; nothing to undo for a read.
-            let _ = tx.send(guard(|| f(view)));
+            let _ = tx.send(view.and_then(|v| guard(|| f(v))));
         });
         self.backend.read(job)?;
         rx.await
             .map_err(|_| Error::ShuttingDown)?
             .map_err(|e| self.backend.observe(e))
+    }
+
+    /// Logged revisions from `from` (inclusive), at most `limit` and about
+    /// `max_bytes` (always one): a watcher's catch-up, a webhook's next
+    /// deliveries.
+    pub async fn log_from(
+        &self,
+        from: u64,
+        limit: usize,
+        max_bytes: usize,
+    ) -> Result<Vec<Revision>> {
+        match self.backend.log(from, limit, max_bytes) {
+            Some(read) => read.await.map_err(|e| self.backend.observe(e)),
+            None => {
+                self.read(move |v| v.revisions_from(from, limit, max_bytes))
+                    .await
+            }
+        }
     }
 
     /// Commits what is queued, stops the engine and releases its data.

@@ -106,6 +106,7 @@ impl TestServer {
         etcd: Option<&EtcdCluster>,
         dir: tempfile::TempDir,
     ) -> Self {
+        show_logs();
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr");
         let (tx, rx) = oneshot::channel::<()>();
@@ -206,3 +207,18 @@ impl tonic::service::Interceptor for Bearer {
 
 /// A channel that presents `token` on every call.
 pub type Authed = tonic::codegen::InterceptedService<Channel, Bearer>;
+
+/// With `CAIRN_TEST_LOG` set (a filter such as `debug` or `cairn_etcd=trace`),
+/// the in-process servers' logs go to the test's output: what a failing
+/// test did, seen with `--nocapture`.
+fn show_logs() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        if let Ok(filter) = std::env::var("CAIRN_TEST_LOG") {
+            let _ = tracing_subscriber::fmt()
+                .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+                .with_test_writer()
+                .try_init();
+        }
+    });
+}

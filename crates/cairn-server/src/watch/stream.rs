@@ -147,15 +147,13 @@ fn ensure_retained(v: &dyn ReadTxn, requested: u64) -> Result<()> {
 /// lagging watcher holds one chunk, whatever its backlog.
 async fn read_chunk(store: &Store, target: &Topic, next: &mut u64, upto: u64) -> Result<Vec<Item>> {
     let from = *next;
-    let (revs, dense) = store
+    let dense = store
         .read(move |v| {
             ensure_retained(v, from)?;
-            Ok((
-                v.revisions_from(from, CATCH_UP_CHUNK, CATCH_UP_BYTES)?,
-                v.dense(),
-            ))
+            Ok(v.dense())
         })
         .await?;
+    let revs = store.log_from(from, CATCH_UP_CHUNK, CATCH_UP_BYTES).await?;
     let starts_right = |r: &cairn_store::records::Revision| {
         if dense {
             r.revision == from
