@@ -23,12 +23,13 @@ use cairn_core::error::{Error, Result};
 use cairn_store::health::{Health, Readiness};
 use cairn_store::hub::Hub;
 use cairn_store::records::Revision;
-use cairn_store::seam::{BoxFuture, ReadJob, WriteJob};
+use cairn_store::seam::{BoxFuture, CommitTimes, ReadJob, WriteJob};
 use cairn_store::{Backend, Ctx, Store};
 use tokio::sync::{Notify, Semaphore, watch};
 use tokio::task::JoinHandle;
 
 use crate::barrier::Barrier;
+use crate::batcher::Batcher;
 use crate::claims::{Claims, settled};
 use crate::client::Client;
 use crate::keys::Keys;
@@ -84,6 +85,7 @@ pub async fn open(opts: &EtcdOptions) -> Result<Store> {
         mirror: Mirror::new(snap),
         claims: Claims::default(),
         barrier: Barrier::default(),
+        batcher: Arc::new(Batcher::default()),
         log_key,
         written: AtomicI64::new(0),
         revision: AtomicU64::new(start),
@@ -102,6 +104,9 @@ pub async fn open(opts: &EtcdOptions) -> Result<Store> {
             .serve(&barrier.client, barrier.log_key.clone())
             .await;
     }));
+    tasks.push(tokio::spawn(
+        Arc::clone(&inner.batcher).serve(inner.client.clone(), opts.max_txn_ops),
+    ));
     // A member out of rotation is reduced redundancy, not an outage.
     let mut out = inner.client.members_out();
     let weak = Arc::downgrade(&inner);
@@ -190,27 +195,36 @@ async fn run_write(inner: &Inner, mut job: WriteJob) {
             // An earlier write of this replica changes what this one read:
             // run again once the copy has it (not counted as an attempt).
             drop(finish);
-            if let Some(r) = settled(wait).await {
-                let _ = inner.mirror.reached(r, inner.client.timeout()).await;
+            if let Some(r) = settled(wait).await
+                && let Err(e) = inner.mirror.reached(r, inner.client.timeout()).await
+            {
+                // The copy is not following etcd: no way to run on what
+                // the earlier write committed.
+                let (finish, _) = job(None);
+                finish(&Err(e), 1);
+                return;
             }
             continue;
         }
         attempt += 1;
-        let committed = match txn.transaction(inner.opts.max_txn_ops) {
-            Ok(t) => inner.client.txn(t).await,
-            Err(e) => Err(e),
+        let footprint = txn.footprint();
+        // After a lost compare, alone: only its own conflicts can fail it.
+        let Some((back, outcome)) = inner.batcher.commit(txn, footprint, attempt > 1).await else {
+            finish(&Err(Error::ShuttingDown), 1);
+            return;
         };
-        let resp = match committed {
-            Ok(resp) => resp,
+        txn = back;
+        let (succeeded, revision) = match outcome {
+            Ok(o) => o,
             Err(e) => {
                 finish(&Err(e), 1);
                 return;
             }
         };
-        let revision = resp.header.as_ref().map_or(0, |h| h.revision);
-        if !resp.succeeded {
-            // Another replica changed something it read: run it again on
-            // the copy once it has that change.
+        if !succeeded {
+            // Another replica changed something it (or, in a batch, another
+            // member) read: run it again on the copy once it has that
+            // change.
             drop(finish);
             if attempt >= inner.opts.max_attempts {
                 let (finish, _) = job(None);
@@ -292,6 +306,34 @@ async fn fence(inner: &Inner) -> Result<()> {
     inner.mirror.reached(target, inner.client.timeout()).await
 }
 
+impl Inner {
+    /// Logged revisions from `from` through the last one the copy holds
+    /// (committed, and dispatched or about to be), from etcd's history of
+    /// the log key.
+    async fn history(&self, from: u64, limit: usize, max_bytes: usize) -> Result<Vec<Revision>> {
+        let upto = self
+            .mirror
+            .snapshot()
+            .kvs
+            .get(&self.log_key)
+            .map_or(0, |kv| kv.mod_revision);
+        let from = i64::try_from(from).unwrap_or(i64::MAX).max(1);
+        if from > upto {
+            return Ok(Vec::new());
+        }
+        crate::follow::history(
+            &self.client,
+            self.log_key.clone(),
+            from,
+            upto,
+            limit.max(1),
+            max_bytes,
+            u64::try_from(upto).unwrap_or(0),
+        )
+        .await
+    }
+}
+
 /// Serves a read from the copy once it is fenced.
 async fn run_read(inner: &Inner, job: ReadJob) {
     match fence(inner).await {
@@ -340,30 +382,19 @@ impl Backend for Etcd {
         limit: usize,
         max_bytes: usize,
     ) -> Option<BoxFuture<'_, Result<Vec<Revision>>>> {
+        Some(Box::pin(self.inner.history(from, limit, max_bytes)))
+    }
+
+    /// Read from etcd's history of the log key, about a megabyte of records
+    /// at a time: the compactor asks again for what it did not get.
+    fn revision_times(
+        &self,
+        from: u64,
+        limit: usize,
+    ) -> Option<BoxFuture<'_, Result<CommitTimes>>> {
         Some(Box::pin(async move {
-            // Through the last revision the copy holds: committed, and
-            // dispatched or about to be.
-            let upto = self
-                .inner
-                .mirror
-                .snapshot()
-                .kvs
-                .get(&self.inner.log_key)
-                .map_or(0, |kv| kv.mod_revision);
-            let from_i = i64::try_from(from).unwrap_or(i64::MAX).max(1);
-            if from_i > upto {
-                return Ok(Vec::new());
-            }
-            crate::follow::history(
-                &self.inner.client,
-                self.inner.log_key.clone(),
-                from_i,
-                upto,
-                limit.max(1),
-                max_bytes,
-                u64::try_from(upto).unwrap_or(0),
-            )
-            .await
+            let revs = self.inner.history(from, limit, 1 << 20).await?;
+            Ok(revs.iter().map(|r| (r.revision, r.time)).collect())
         }))
     }
 

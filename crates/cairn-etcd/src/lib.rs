@@ -2,30 +2,47 @@
 //! stateless Cairn replicas share one state and survive losing a machine.
 //!
 //! ```text
-//!  Store::write ─▶ blocking thread: pin a snapshot (etcd revision S), run
-//!                  the mutation on it, buffering changes and noting what it
-//!                  read ─▶ ONE etcd Txn: compare every key read (mod_revision
-//!                  as read) and every range read (nothing newer than S);
-//!                  put/delete the changes; put the log key
-//!                  ├─ compare failed: another writer won; run it again
+//!  one etcd watch on the whole prefix ─▶ mirror: apply each message to the
+//!                  copy (a persistent map: snapshots are O(1) clones), then
+//!                  log-key versions ─▶ Hub::dispatch (watchers, Wait)
+//!  Store::read ──▶ barrier: one linearizable read of the log key's revision,
+//!                  shared by the reads waiting ─▶ wait until the copy has
+//!                  it ─▶ run the read on a snapshot of the copy
+//!  Store::write ─▶ run the mutation on a snapshot of the copy (revision S),
+//!                  buffering changes, noting what it read ─▶ claims: if an
+//!                  earlier write of this replica changes what it read and
+//!                  is not in S, wait for it and run again ─▶ ONE etcd Txn:
+//!                  compare every key read (mod_revision as read) and every
+//!                  range read (nothing newer than S); put/delete the
+//!                  changes; put the log key
+//!                  ├─ compare failed (another replica won): run it again
+//!                  │  once the copy has what beat it
 //!                  └─ committed at etcd revision R: run the mutation once
 //!                     more on the same snapshot, knowing R, to answer
-//!  one etcd watch on the log key ─▶ Hub::dispatch (watchers, Wait)
-//!  Store::read ──▶ blocking thread: linearizable reads pinned to one revision
+//!                  A refusal (nothing to write) is fenced like a read first.
 //! ```
 //!
 //! - [`keys`]: where each record lives under the deployment's prefix;
-//! - [`txn`]: the read and write transactions the mutations run on;
-//! - [`follow`]: the log watch feeding the hub, and catch-up reads;
+//! - [`mirror`]: the watch-fed copy, loaded page by page at start;
+//! - [`txn`]: the read and write transactions over a snapshot of it;
+//! - [`barrier`]: the shared linearizable read that fences reads;
+//! - [`claims`]: this replica's writes in order, per key;
+//! - [`batcher`]: independent writes ready together, one etcd transaction;
+//! - [`follow`]: the watch feeding the copy and the hub, and log reads;
 //! - [`presence`]: which replicas are alive, for adopting a dead one's
 //!   session leases;
 //! - [`client`]: the etcd calls, their deadlines and error mapping;
 //! - [`engine`]: the [`cairn_store::Backend`] over all of it.
 //!
+//! Each replica holds its deployment's keys in memory (the log key's
+//! history stays in etcd): the price of reads that never wait for etcd
+//! but once per batch.
+//!
 //! Cairn's revision **is** etcd's: strictly increasing, and dense only if
 //! nothing else writes to that etcd (other prefixes, compaction records).
 
 pub mod barrier;
+pub mod batcher;
 pub mod claims;
 pub mod client;
 pub mod decode;

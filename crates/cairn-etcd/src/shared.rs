@@ -12,6 +12,7 @@ use cairn_store::now_micros;
 use tokio::sync::{Notify, Semaphore};
 
 use crate::barrier::Barrier;
+use crate::batcher::Batcher;
 use crate::claims::Claims;
 use crate::client::{Client, Connection};
 use crate::keys::Keys;
@@ -70,6 +71,8 @@ pub struct Inner {
     pub(crate) claims: Claims,
     /// The shared linearizable read that fences reads from the copy.
     pub(crate) barrier: Barrier,
+    /// Independent writes ready together, committed as one transaction.
+    pub(crate) batcher: Arc<Batcher>,
     /// The log key, compared on every event of the watch.
     pub(crate) log_key: Vec<u8>,
     /// The last etcd revision this replica committed: its own reads see

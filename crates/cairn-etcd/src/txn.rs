@@ -79,8 +79,9 @@ pub struct Txn {
     changes: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
     /// A compaction this write asks for, run after its commit.
     compact_to: Option<u64>,
-    /// Whether the write logged a revision.
-    logged: bool,
+    /// The revision the write logged (a mutation, not maintenance): put
+    /// under the log key at commit, merged with the others of its batch.
+    logged: Option<Revision>,
 }
 
 /// A key-value as a mutation wrote it, before etcd stamps its revision.
@@ -102,7 +103,7 @@ impl Txn {
             reads: RefCell::new(None),
             changes: BTreeMap::new(),
             compact_to: None,
-            logged: false,
+            logged: None,
         }
     }
 
@@ -119,17 +120,35 @@ impl Txn {
         self.changes.clear();
         *self.reads.borrow_mut() = None;
         self.compact_to = None;
-        self.logged = false;
+        self.logged = None;
         self
     }
 
     pub fn has_changes(&self) -> bool {
-        !self.changes.is_empty()
+        !self.changes.is_empty() || self.logged.is_some()
     }
 
     /// Whether the write logged a revision (a mutation, not maintenance).
     pub fn logged(&self) -> bool {
-        self.logged
+        self.logged.is_some()
+    }
+
+    /// Whether this write must be committed alone: a compaction (its
+    /// compact mark, and etcd's compaction after it).
+    pub fn alone(&self) -> bool {
+        self.compact_to.is_some()
+    }
+
+    /// About how many etcd operations and bytes its commit takes.
+    pub fn weight(&self) -> (usize, usize) {
+        let reads = self.reads.borrow();
+        let compares = reads.as_ref().map_or(0, |r| r.keys.len() + r.ranges.len());
+        let bytes = self
+            .changes
+            .iter()
+            .map(|(k, v)| k.len() + v.as_ref().map_or(0, Vec::len))
+            .sum::<usize>();
+        (self.changes.len().max(compares) + 1, bytes)
     }
 
     pub fn compact_to(&self) -> Option<u64> {
@@ -286,11 +305,15 @@ impl Txn {
     /// The transaction for this write: compare everything read, apply
     /// every change. `max_ops` is the cluster's limit per transaction.
     pub fn transaction(&self, max_ops: usize) -> Result<TxnRequest> {
+        combined(&[self], max_ops)
+    }
+
+    /// This write's compares, in the transaction.
+    fn compares(&self, out: &mut Vec<Compare>) {
         let snapshot = self.snap.revision;
-        let mut compare = Vec::new();
         if let Some(reads) = self.reads.borrow().as_ref() {
             for (key, m) in &reads.keys {
-                compare.push(Compare {
+                out.push(Compare {
                     result: compare::CompareResult::Equal.into(),
                     target: compare::CompareTarget::Mod.into(),
                     key: key.clone(),
@@ -299,7 +322,7 @@ impl Txn {
                 });
             }
             for (start, end) in &reads.ranges {
-                compare.push(Compare {
+                out.push(Compare {
                     result: compare::CompareResult::Less.into(),
                     target: compare::CompareTarget::Mod.into(),
                     key: start.clone(),
@@ -308,10 +331,22 @@ impl Txn {
                 });
             }
         }
-        let success: Vec<RequestOp> = self
-            .changes
-            .iter()
-            .map(|(key, change)| RequestOp {
+    }
+}
+
+/// One etcd transaction for independent writes (disjoint footprints): every
+/// compare of each, every change of each, and ONE log record holding the
+/// events of every logged revision among them, in order. They commit at
+/// one etcd revision, or none does. `max_ops` is the cluster's limit.
+pub fn combined(txns: &[&Txn], max_ops: usize) -> Result<TxnRequest> {
+    let mut compare = Vec::new();
+    let mut success = Vec::new();
+    let mut log: Option<Revision> = None;
+    let mut log_key = None;
+    for t in txns {
+        t.compares(&mut compare);
+        for (key, change) in &t.changes {
+            success.push(RequestOp {
                 request: Some(match change {
                     Some(value) => request_op::Request::RequestPut(PutRequest {
                         key: key.clone(),
@@ -323,23 +358,42 @@ impl Txn {
                         ..DeleteRangeRequest::default()
                     }),
                 }),
-            })
-            .collect();
-        let ops = success.len().max(compare.len());
-        if ops > max_ops {
-            return Err(Error::LimitExceeded {
-                field: "mutation".into(),
-                what: "etcd operations in one transaction (the cluster's --max-txn-ops; delete a large tree in parts)",
-                limit: max_ops,
-                actual: ops,
             });
         }
-        Ok(TxnRequest {
-            compare,
-            success,
-            failure: Vec::new(),
-        })
+        if let Some(r) = &t.logged {
+            log_key.get_or_insert_with(|| t.keys.log());
+            match &mut log {
+                None => log = Some(r.clone()),
+                Some(all) => {
+                    all.time = all.time.max(r.time);
+                    all.events.extend(r.events.iter().cloned());
+                }
+            }
+        }
     }
+    if let (Some(r), Some(key)) = (&log, log_key) {
+        success.push(RequestOp {
+            request: Some(request_op::Request::RequestPut(PutRequest {
+                key,
+                value: codec::encode_revision(r)?,
+                ..PutRequest::default()
+            })),
+        });
+    }
+    let ops = success.len().max(compare.len());
+    if ops > max_ops {
+        return Err(Error::LimitExceeded {
+            field: "mutation".into(),
+            what: "etcd operations in one transaction (the cluster's --max-txn-ops; delete a large tree in parts)",
+            limit: max_ops,
+            actual: ops,
+        });
+    }
+    Ok(TxnRequest {
+        compare,
+        success,
+        failure: Vec::new(),
+    })
 }
 
 impl ReadTxn for Txn {
@@ -443,12 +497,12 @@ impl ReadTxn for Txn {
         )))
     }
 
-    /// None: on etcd the log is compacted by count (`--retention-revisions`)
-    /// only. Reading commit times means replaying the log through a watch
-    /// on every compaction round; under a current-thread runtime that read
-    /// starved the compactor's caller in CI.
-    fn revision_times(&self, _from: u64, _limit: usize) -> Result<Vec<(u64, cairn_core::Micros)>> {
-        Ok(Vec::new())
+    /// Never called on etcd, like [`Txn::revisions_from`]: the times
+    /// come with the log's history ([`cairn_store::Backend::revision_times`]).
+    fn revision_times(&self, from: u64, _limit: usize) -> Result<Vec<(u64, cairn_core::Micros)>> {
+        Err(Error::Internal(format!(
+            "the etcd engine reads commit times from {from} through Backend::revision_times"
+        )))
     }
 
     fn agent_sessions(&self, agent_id: &str) -> Result<Vec<String>> {
@@ -635,9 +689,8 @@ impl WriteTxn for Txn {
         Ok(())
     }
     fn append_revision(&mut self, r: &Revision) -> Result<()> {
-        let key = self.keys.log();
-        self.put(key, codec::encode_revision(r)?);
-        self.logged = true;
+        // Encoded at commit, with the rest of its batch's.
+        self.logged = Some(r.clone());
         Ok(())
     }
     fn compact_log(&mut self, upto: u64) -> Result<()> {

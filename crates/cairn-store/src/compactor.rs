@@ -64,28 +64,29 @@ pub async fn compact_once(store: &Store, retention: Retention) -> Result<bool> {
     let age_micros = i64::try_from(retention.age.as_micros()).unwrap_or(i64::MAX);
     let cutoff_time = now_micros().saturating_sub(age_micros);
     let chunk = retention.chunk.max(1);
-    let (compact, target) = store
+    let (compact, current, mut target) = store
         .read(move |v| {
             let compact = v.compact_revision()?;
             let current = v.revision()?;
             let limit = compact.saturating_add(chunk);
             // Expired by count: everything but the newest `revisions`.
-            let mut target = current.saturating_sub(retention.revisions).min(limit);
-            // Expired by age: revisions inside the count window may still be
-            // too old. Only their commit times are read, never the events.
-            let from = target.max(compact) + 1;
-            if from <= limit.min(current) {
-                let n = usize::try_from(limit.min(current) - from + 1).unwrap_or(usize::MAX);
-                for (revision, time) in v.revision_times(from, n)? {
-                    if time >= cutoff_time {
-                        break;
-                    }
-                    target = revision;
-                }
-            }
-            Ok((compact, target))
+            let target = current.saturating_sub(retention.revisions).min(limit);
+            Ok((compact, current, target))
         })
         .await?;
+    // Expired by age: revisions inside the count window may still be too
+    // old. Only their commit times are read, never the events.
+    let limit = compact.saturating_add(chunk).min(current);
+    let from = target.max(compact) + 1;
+    if from <= limit {
+        let n = usize::try_from(limit - from + 1).unwrap_or(usize::MAX);
+        for (revision, time) in store.revision_times(from, n).await? {
+            if time >= cutoff_time {
+                break;
+            }
+            target = revision;
+        }
+    }
     // The log is the webhooks' outbox: what a subscription has not handled
     // yet stays, however old.
     let target = match store.oldest_undelivered().await? {

@@ -260,6 +260,9 @@ pub type Finisher = Box<dyn FnOnce(&Result<()>, usize) + Send>;
 /// failure or a panic part way through its writes), if any.
 pub type WriteJob = Box<dyn FnMut(Option<&mut Ctx<'_>>) -> (Finisher, Option<Error>) + Send>;
 
+/// Logged revisions with their commit times, in revision order.
+pub type CommitTimes = Vec<(u64, Micros)>;
+
 /// A boxed future, for object-safe engine methods.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
@@ -280,6 +283,16 @@ pub trait Backend: Send + Sync + 'static {
         _limit: usize,
         _max_bytes: usize,
     ) -> Option<BoxFuture<'_, Result<Vec<Revision>>>> {
+        None
+    }
+    /// Commit times of logged revisions from `from`, like
+    /// [`ReadTxn::revision_times`], for an engine whose log is not read
+    /// from a snapshot. `None`: read them from a snapshot.
+    fn revision_times(
+        &self,
+        _from: u64,
+        _limit: usize,
+    ) -> Option<BoxFuture<'_, Result<CommitTimes>>> {
         None
     }
     /// Last committed revision.

@@ -236,6 +236,19 @@ impl Store {
         }
     }
 
+    /// Commit times of logged revisions from `from` (inclusive), at most
+    /// `limit`, in revision order (fewer when the engine bounds the read).
+    pub async fn revision_times(
+        &self,
+        from: u64,
+        limit: usize,
+    ) -> Result<Vec<(u64, cairn_core::Micros)>> {
+        match self.backend.revision_times(from, limit) {
+            Some(read) => read.await.map_err(|e| self.backend.observe(e)),
+            None => self.read(move |v| v.revision_times(from, limit)).await,
+        }
+    }
+
     /// Commits what is queued, stops the engine and releases its data.
     /// Later writes fail with `ShuttingDown`. Idempotent.
     pub async fn close(&self) {

@@ -37,12 +37,19 @@ pub fn seen(e: &pb::Event) -> Seen {
 }
 
 /// Reads until `n` events arrived, skipping heartbeats.
+/// Heartbeats keep coming on a live stream: the patience bounds the whole
+/// wait, not each message.
 pub async fn events(stream: &mut Streaming<pb::WatchResponse>, n: usize) -> Vec<pb::Event> {
     let mut out = Vec::new();
+    let deadline = std::time::Instant::now() + PATIENCE;
     while out.len() < n {
         match next(stream).await {
             Kind::Event(e) => out.push(e),
-            Kind::Progress(_) => {}
+            Kind::Progress(p) => assert!(
+                std::time::Instant::now() < deadline,
+                "{n} events not seen within the patience bound, only heartbeats \
+                 (last {p:?}) after {out:?}"
+            ),
             Kind::Synced(s) => panic!("unexpected synced {s:?}"),
         }
     }

@@ -1,0 +1,156 @@
+//! Group commit on etcd: independent mutations that are ready together
+//! share one etcd transaction, as redb's group commit shares one fsync.
+//! etcd's cost is per transaction (a raft entry, an apply, a watch
+//! notification) more than per key, so a batch of N costs far less than N
+//! transactions.
+//!
+//! What stays as it was for each mutation:
+//! - its own compares: the batch commits only if every member's hold; it
+//!   is one etcd revision, the events of its members in order in one log
+//!   record (each event says its place in the revision);
+//! - a conflict fails only its own mutation: when a batch loses a compare,
+//!   each member runs again and is then committed alone, so another
+//!   replica's write can fail only the mutation that read what it changed;
+//! - members are independent: none writes what another reads or writes
+//!   (the same keys never share a revision, so a record's revision still
+//!   names one version of it).
+//!
+//! A few batches are on the wire at once; what arrives meanwhile waits for
+//! the next, so batches grow with the load and a lone write goes at once.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use cairn_core::error::Result;
+use tokio::sync::{Notify, Semaphore, oneshot};
+
+use crate::client::Client;
+use crate::txn::{Footprint, Txn, combined};
+
+/// Batches on the wire at once.
+const IN_FLIGHT: usize = 4;
+/// Most bytes of changes in one batch (etcd takes 1.5 MiB per request).
+const MAX_BYTES: usize = 1 << 20;
+/// Writes looked at per batch, however long the queue.
+const SCAN: usize = 256;
+
+/// How a write's transaction ended: committed or not (a compare failed),
+/// and etcd's revision then.
+pub type Outcome = Result<(bool, i64)>;
+
+struct Queued {
+    txn: Txn,
+    footprint: Footprint,
+    alone: bool,
+    reply: oneshot::Sender<(Txn, Outcome)>,
+}
+
+/// The writes ready to commit.
+#[derive(Default)]
+pub struct Batcher {
+    queue: Mutex<VecDeque<Queued>>,
+    wake: Notify,
+}
+
+impl Batcher {
+    /// Commits `txn`, alone when `alone` (else with whatever independent
+    /// writes are ready with it); gives it back with the outcome. `None`:
+    /// the engine closed with the write queued, never sent.
+    pub async fn commit(
+        &self,
+        txn: Txn,
+        footprint: Footprint,
+        alone: bool,
+    ) -> Option<(Txn, Outcome)> {
+        let (reply, rx) = oneshot::channel();
+        let alone = alone || txn.alone();
+        self.queue
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push_back(Queued {
+                txn,
+                footprint,
+                alone,
+                reply,
+            });
+        self.wake.notify_one();
+        rx.await.ok()
+    }
+
+    /// Takes the next batch off the queue: the oldest write, and after it
+    /// every queued write independent of all taken so far, within the
+    /// limits.
+    fn next_batch(&self, max_ops: usize) -> Vec<Queued> {
+        let mut queue = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some(first) = queue.pop_front() else {
+            return Vec::new();
+        };
+        let (mut ops, mut bytes) = first.txn.weight();
+        let mut batch = vec![first];
+        if batch[0].alone {
+            return batch;
+        }
+        let mut i = 0;
+        let mut scanned = 0;
+        while i < queue.len() && scanned < SCAN {
+            scanned += 1;
+            let q = &queue[i];
+            let (o, b) = q.txn.weight();
+            let fits = !q.alone && ops + o <= max_ops && bytes + b <= MAX_BYTES;
+            let independent = fits
+                && batch.iter().all(|t| {
+                    !t.footprint.depends_on(&q.footprint) && !q.footprint.depends_on(&t.footprint)
+                });
+            if independent {
+                ops += o;
+                bytes += b;
+                if let Some(q) = queue.remove(i) {
+                    batch.push(q);
+                }
+            } else {
+                i += 1;
+            }
+        }
+        batch
+    }
+
+    /// Sends batches until the task is aborted.
+    pub async fn serve(self: Arc<Self>, client: Client, max_ops: usize) {
+        let slots = Arc::new(Semaphore::new(IN_FLIGHT));
+        loop {
+            self.wake.notified().await;
+            loop {
+                let Ok(permit) = Arc::clone(&slots).acquire_owned().await else {
+                    return;
+                };
+                let batch = self.next_batch(max_ops);
+                if batch.is_empty() {
+                    break;
+                }
+                let client = client.clone();
+                tokio::spawn(async move {
+                    let _permit = permit;
+                    send(&client, batch, max_ops).await;
+                });
+            }
+        }
+    }
+}
+
+/// One etcd transaction for the batch; every member gets the outcome.
+async fn send(client: &Client, batch: Vec<Queued>, max_ops: usize) {
+    let request = {
+        let txns: Vec<&Txn> = batch.iter().map(|q| &q.txn).collect();
+        combined(&txns, max_ops)
+    };
+    let outcome = match request {
+        Ok(r) => client.txn(r).await.map(|resp| {
+            let revision = resp.header.as_ref().map_or(0, |h| h.revision);
+            (resp.succeeded, revision)
+        }),
+        Err(e) => Err(e),
+    };
+    for q in batch {
+        let _ = q.reply.send((q.txn, outcome.clone()));
+    }
+}
