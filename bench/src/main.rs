@@ -192,6 +192,17 @@ pub async fn run(args: BenchArgs) -> Result<Report, BoxError> {
     Ok(report)
 }
 
+/// The etcd key a request of client `i` goes to: its own, or with
+/// `--sessions N` one of N shared keys (`--sessions 1`: one hot key).
+fn etcd_key(args: &BenchArgs, i: usize) -> Vec<u8> {
+    let k = if args.sessions > 0 {
+        fastrand::usize(..args.sessions)
+    } else {
+        i
+    };
+    format!("bench/{k}").into_bytes()
+}
+
 /// The session a request of client `i` goes to.
 fn session_for(args: &BenchArgs, i: usize) -> String {
     if args.sessions > 0 {
@@ -404,14 +415,14 @@ async fn one(args: &BenchArgs, channel: Conn, i: usize, round: u64) -> Result<()
             .map(|_| ()),
         Scenario::EtcdPut => {
             let req = EtcdPutRequest {
-                key: format!("bench/{i}").into_bytes(),
+                key: etcd_key(args, i),
                 value: vec![b'x'; args.payload],
             };
             etcd_call(channel, "/etcdserverpb.KV/Put", req).await
         }
         Scenario::EtcdRange => {
             let req = EtcdRangeRequest {
-                key: format!("bench/{i}").into_bytes(),
+                key: etcd_key(args, i),
                 serializable: true,
             };
             etcd_call(channel, "/etcdserverpb.KV/Range", req).await
