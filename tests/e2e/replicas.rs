@@ -186,7 +186,9 @@ async fn two_replicas_racing_on_one_plan_never_both_win() {
 /// read: a read on one replica right after a write acknowledged by the
 /// other sees that write, every time (1,000 times in a row, alternating
 /// the writer; plans and todos; also a write refused because of what the
-/// other just wrote).
+/// other just wrote). Each replica's copy is made to lag etcd by 20 ms
+/// (the fault knob `CAIRN_FAULT_ETCD_WATCH_LAG`), so a read served
+/// without the fence would be stale.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_read_on_one_replica_sees_what_the_other_just_acknowledged() {
     if !cairn_testkit::tools::etcd() {
@@ -194,8 +196,19 @@ async fn a_read_on_one_replica_sees_what_the_other_just_acknowledged() {
     }
     let cluster = EtcdCluster::start(3).await;
     let dir = tempfile::tempdir().unwrap();
-    let first = replica(&cluster, &dir, "a");
-    let second = replica(&cluster, &dir, "b");
+    let lagging = |name: &str| {
+        let endpoints = cluster.endpoints().join(",");
+        Proc::spawn(
+            std::process::Command::new(bin())
+                .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+                .arg(dir.path().join(name))
+                .args(["--backend", "etcd", "--etcd-endpoints", &endpoints])
+                .env("CAIRN_FAULT_ETCD_WATCH_LAG", "20ms"),
+        )
+        .unwrap()
+    };
+    let first = lagging("a");
+    let second = lagging("b");
     let plans = [
         PlanServiceClient::new(first.channel().await),
         PlanServiceClient::new(second.channel().await),

@@ -25,6 +25,8 @@ use cairn_core::error::Result;
 use tokio::sync::{Notify, Semaphore, oneshot};
 
 use crate::client::Client;
+use crate::mirror::Mirror;
+use crate::shared::Inner;
 use crate::txn::{Footprint, Txn, combined};
 
 /// Batches on the wire at once.
@@ -115,7 +117,8 @@ impl Batcher {
     }
 
     /// Sends batches until the task is aborted.
-    pub async fn serve(self: Arc<Self>, client: Client, max_ops: usize) {
+    pub async fn serve(self: Arc<Self>, inner: Arc<Inner>) {
+        let max_ops = inner.opts.max_txn_ops;
         let slots = Arc::new(Semaphore::new(IN_FLIGHT));
         loop {
             self.wake.notified().await;
@@ -127,10 +130,10 @@ impl Batcher {
                 if batch.is_empty() {
                     break;
                 }
-                let client = client.clone();
+                let inner = Arc::clone(&inner);
                 tokio::spawn(async move {
                     let _permit = permit;
-                    send(&client, batch, max_ops).await;
+                    send(&inner.client, &inner.mirror, batch, max_ops).await;
                 });
             }
         }
@@ -138,19 +141,91 @@ impl Batcher {
 }
 
 /// One etcd transaction for the batch; every member gets the outcome.
-async fn send(client: &Client, batch: Vec<Queued>, max_ops: usize) {
+async fn send(client: &Client, mirror: &Mirror, batch: Vec<Queued>, max_ops: usize) {
     let request = {
         let txns: Vec<&Txn> = batch.iter().map(|q| &q.txn).collect();
         combined(&txns, max_ops)
     };
     let outcome = match request {
-        Ok(r) => client.txn(r).await.map(|resp| {
-            let revision = resp.header.as_ref().map_or(0, |h| h.revision);
-            (resp.succeeded, revision)
-        }),
+        Ok(r) => {
+            let success = r.success.clone();
+            client.txn(r).await.map(|resp| {
+                let revision = resp.header.as_ref().map_or(0, |h| h.revision);
+                if resp.succeeded {
+                    mirror.write_through(revision, &success);
+                }
+                (resp.succeeded, revision)
+            })
+        }
         Err(e) => Err(e),
     };
     for q in batch {
         let _ = q.reply.send((q.txn, outcome.clone()));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::keys::Keys;
+    use crate::mirror::Snap;
+    use cairn_store::WriteTxn;
+    use cairn_store::records::TodoRecord;
+
+    /// A write of agent `agent`'s todo list, queued.
+    fn queued(batcher: &Batcher, agent: &str, alone: bool) {
+        let mut txn = Txn::writer(Keys::new("/t/"), Snap::default());
+        // Read, then written: what an op does.
+        let _ = cairn_store::ReadTxn::todos(&txn, agent);
+        txn.put_todos(&TodoRecord {
+            agent_id: agent.into(),
+            ..TodoRecord::default()
+        })
+        .unwrap();
+        let footprint = txn.footprint();
+        let (reply, _) = oneshot::channel();
+        batcher.queue.lock().unwrap().push_back(Queued {
+            txn,
+            footprint,
+            alone,
+            reply,
+        });
+    }
+
+    fn agents(batch: &[Queued]) -> Vec<Vec<u8>> {
+        batch
+            .iter()
+            .map(|q| q.footprint.writes[0].clone())
+            .collect()
+    }
+
+    #[test]
+    fn a_batch_takes_only_independent_writes_and_a_lone_one_goes_alone() {
+        let b = Batcher::default();
+        queued(&b, "a", false);
+        queued(&b, "a", false);
+        queued(&b, "b", false);
+        queued(&b, "c", true);
+        queued(&b, "d", false);
+        let first = b.next_batch(128);
+        assert_eq!(
+            agents(&first),
+            vec![b"/t/t/a".to_vec(), b"/t/t/b".to_vec(), b"/t/t/d".to_vec()]
+        );
+        // The second write of a waits for the next batch, in order.
+        assert_eq!(agents(&b.next_batch(128)), vec![b"/t/t/a".to_vec()]);
+        assert_eq!(agents(&b.next_batch(128)), vec![b"/t/t/c".to_vec()]);
+        assert!(b.next_batch(128).is_empty());
+    }
+
+    #[test]
+    fn a_batch_stays_within_the_cluster_s_operations_limit() {
+        let b = Batcher::default();
+        for agent in ["a", "b", "c", "d"] {
+            queued(&b, agent, false);
+        }
+        // Each write weighs two operations (its put, its share of the log).
+        assert_eq!(b.next_batch(5).len(), 2);
+        assert_eq!(b.next_batch(5).len(), 2);
     }
 }

@@ -308,6 +308,9 @@ async fn follow_once(inner: &Inner) -> Result<Flow> {
         if msg.events.is_empty() {
             continue;
         }
+        if let Some(lag) = inner.opts.watch_lag {
+            tokio::time::sleep(lag).await;
+        }
         let revisions = inner.mirror.apply(msg.events, &inner.log_key);
         tracing::trace!(
             applied = inner.mirror.applied(),

@@ -8,6 +8,11 @@
 //! follower applies each watch message whole (etcd never splits a
 //! revision across messages), then publishes the revision it reached:
 //! the copy is always exactly etcd's state of the prefix at that revision.
+//! A commit of this replica's own is written through at once when the copy
+//! is right behind it (then its own change is etcd's whole change at that
+//! revision); its watch events then only feed the hub. Keys written
+//! through lack etcd's `create_revision` and `version`, which Cairn never
+//! reads.
 
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
@@ -20,7 +25,7 @@ use tokio::sync::watch;
 use crate::client::Client;
 use crate::decode::logged;
 use crate::keys::{Keys, prefix_end};
-use crate::pb::etcdserverpb::RangeRequest;
+use crate::pb::etcdserverpb::{RangeRequest, RequestOp, request_op};
 use crate::pb::mvccpb::event::EventType;
 use crate::pb::mvccpb::{Event, KeyValue};
 
@@ -86,14 +91,15 @@ impl Mirror {
         let mut last = 0;
         {
             let mut snap = self.snap.write().unwrap_or_else(PoisonError::into_inner);
+            let held = snap.revision;
             for ev in events {
                 let Some(kv) = ev.kv else { continue };
                 last = last.max(kv.mod_revision);
-                if ev.r#type == EventType::Delete as i32 {
-                    snap.kvs.remove(&kv.key);
-                    continue;
-                }
-                if kv.key == log_key {
+                let delete = ev.r#type == EventType::Delete as i32;
+                if !delete && kv.key == log_key {
+                    // Dispatched even when the copy has it already (this
+                    // replica's own commit, written through): the hub
+                    // learns revisions only here.
                     match logged(&kv) {
                         Ok((r, _)) => logged_revs.push(Arc::new(r)),
                         Err(e) => {
@@ -101,7 +107,14 @@ impl Mirror {
                         }
                     }
                 }
-                snap.kvs.insert(kv.key.clone(), Arc::new(kv));
+                if kv.mod_revision <= held {
+                    continue;
+                }
+                if delete {
+                    snap.kvs.remove(&kv.key);
+                } else {
+                    snap.kvs.insert(kv.key.clone(), Arc::new(kv));
+                }
             }
             if last <= snap.revision {
                 return logged_revs;
@@ -110,6 +123,43 @@ impl Mirror {
         }
         self.applied.send_replace(last);
         logged_revs
+    }
+
+    /// Writes this replica's own commit at `revision` into the copy at
+    /// once, when the copy holds everything before it (`revision - 1`):
+    /// the commit's changes are then exactly etcd's change at `revision`,
+    /// and the writes queued behind it need not wait for the watch to
+    /// bring it. The watch's events for it are then only dispatched.
+    /// Returns whether it did.
+    pub fn write_through(&self, revision: i64, success: &[RequestOp]) -> bool {
+        {
+            let mut snap = self.snap.write().unwrap_or_else(PoisonError::into_inner);
+            if snap.revision != revision - 1 {
+                return false;
+            }
+            for op in success {
+                match &op.request {
+                    Some(request_op::Request::RequestPut(p)) => {
+                        snap.kvs.insert(
+                            p.key.clone(),
+                            Arc::new(KeyValue {
+                                key: p.key.clone(),
+                                value: p.value.clone(),
+                                mod_revision: revision,
+                                ..KeyValue::default()
+                            }),
+                        );
+                    }
+                    Some(request_op::Request::RequestDeleteRange(d)) => {
+                        snap.kvs.remove(&d.key);
+                    }
+                    _ => {}
+                }
+            }
+            snap.revision = revision;
+        }
+        self.applied.send_replace(revision);
+        true
     }
 
     /// Replaces the whole copy (after etcd compacted the history the watch
@@ -154,5 +204,69 @@ pub async fn load(client: &Client, keys: &Keys) -> Result<Snap> {
         }
         from = last;
         from.push(0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pb::etcdserverpb::PutRequest;
+
+    fn put(key: &str, value: &str, revision: i64) -> Event {
+        Event {
+            r#type: EventType::Put as i32,
+            kv: Some(KeyValue {
+                key: key.as_bytes().to_vec(),
+                value: value.as_bytes().to_vec(),
+                mod_revision: revision,
+                ..KeyValue::default()
+            }),
+            prev_kv: None,
+        }
+    }
+
+    fn value(m: &Mirror, key: &str) -> Option<(String, i64)> {
+        m.snapshot().kvs.get(key.as_bytes()).map(|kv| {
+            (
+                String::from_utf8_lossy(&kv.value).into_owned(),
+                kv.mod_revision,
+            )
+        })
+    }
+
+    #[test]
+    fn an_own_commit_is_written_through_only_right_after_the_copy() {
+        let m = Mirror::new(Snap::default());
+        m.apply(vec![put("a", "1", 5)], b"log");
+        let op = |k: &str, v: &str| RequestOp {
+            request: Some(request_op::Request::RequestPut(PutRequest {
+                key: k.as_bytes().to_vec(),
+                value: v.as_bytes().to_vec(),
+                ..PutRequest::default()
+            })),
+        };
+        // Revision 7: the copy lacks 6, so it waits for the watch.
+        assert!(!m.write_through(7, &[op("b", "x")]));
+        assert_eq!(value(&m, "b"), None);
+        // Revision 6: right after it.
+        assert!(m.write_through(6, &[op("a", "2")]));
+        assert_eq!(m.applied(), 6);
+        assert_eq!(value(&m, "a"), Some(("2".into(), 6)));
+        // The watch brings 6 (already held) and 7: only 7 is applied.
+        m.apply(vec![put("a", "stale", 6), put("b", "y", 7)], b"log");
+        assert_eq!(value(&m, "a"), Some(("2".into(), 6)));
+        assert_eq!(value(&m, "b"), Some(("y".into(), 7)));
+        assert_eq!(m.applied(), 7);
+    }
+
+    #[test]
+    fn a_snapshot_never_changes_under_its_reader() {
+        let m = Mirror::new(Snap::default());
+        m.apply(vec![put("a", "1", 2)], b"log");
+        let before = m.snapshot();
+        m.apply(vec![put("a", "2", 3)], b"log");
+        assert_eq!(before.revision, 2);
+        assert_eq!(&before.kvs.get(b"a".as_slice()).unwrap().value, b"1");
+        assert_eq!(value(&m, "a"), Some(("2".into(), 3)));
     }
 }

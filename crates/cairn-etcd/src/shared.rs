@@ -37,6 +37,11 @@ pub struct EtcdOptions {
     /// TTL of the etcd lease a replica's presence is on: how long after a
     /// replica dies the others adopt the session leases it held.
     pub replica_ttl: Duration,
+    /// Fault injection for tests: how long the watch's messages wait
+    /// before the copy applies them, so that the copy lags etcd the way a
+    /// slow network or a busy replica makes it (`CAIRN_FAULT_ETCD_WATCH_LAG`,
+    /// a duration such as `50ms`; never set in production).
+    pub watch_lag: Option<Duration>,
 }
 
 impl EtcdOptions {
@@ -55,6 +60,9 @@ impl EtcdOptions {
             max_in_flight: 256,
             max_attempts: 64,
             replica_ttl: Duration::from_secs(10),
+            watch_lag: std::env::var("CAIRN_FAULT_ETCD_WATCH_LAG")
+                .ok()
+                .and_then(|v| cairn_core::duration::parse_duration(&v).ok()),
         }
     }
 }
