@@ -850,7 +850,11 @@ async fn one_member_gone_writes_go_on(fault: Fault) {
     }
     // Within a few seconds the lost member is out of rotation.
     let degraded = health_becomes(&channel, (SERVING, NOT_SERVING)).await;
-    assert!(degraded, "{fault:?}: health shows the degraded cluster");
+    assert!(
+        degraded,
+        "{fault:?}: health shows the degraded cluster; the replica's log:\n{}",
+        a.log()
+    );
     tokio::time::sleep(Duration::from_secs(1)).await;
     // Then every write succeeds: 8 writers, 10 writes each.
     let mut tasks = Vec::new();

@@ -25,7 +25,6 @@ use cairn_core::error::Result;
 use tokio::sync::{Notify, Semaphore, oneshot};
 
 use crate::client::Client;
-use crate::mirror::Mirror;
 use crate::shared::Inner;
 use crate::txn::{Footprint, Txn, combined};
 
@@ -133,7 +132,7 @@ impl Batcher {
                 let inner = Arc::clone(&inner);
                 tokio::spawn(async move {
                     let _permit = permit;
-                    send(&inner.client, &inner.mirror, batch, max_ops).await;
+                    send(&inner.client, batch, max_ops).await;
                 });
             }
         }
@@ -141,22 +140,16 @@ impl Batcher {
 }
 
 /// One etcd transaction for the batch; every member gets the outcome.
-async fn send(client: &Client, mirror: &Mirror, batch: Vec<Queued>, max_ops: usize) {
+async fn send(client: &Client, batch: Vec<Queued>, max_ops: usize) {
     let request = {
         let txns: Vec<&Txn> = batch.iter().map(|q| &q.txn).collect();
         combined(&txns, max_ops)
     };
     let outcome = match request {
-        Ok(r) => {
-            let success = r.success.clone();
-            client.txn(r).await.map(|resp| {
-                let revision = resp.header.as_ref().map_or(0, |h| h.revision);
-                if resp.succeeded {
-                    mirror.write_through(revision, &success);
-                }
-                (resp.succeeded, revision)
-            })
-        }
+        Ok(r) => client.txn(r).await.map(|resp| {
+            let revision = resp.header.as_ref().map_or(0, |h| h.revision);
+            (resp.succeeded, revision)
+        }),
         Err(e) => Err(e),
     };
     for q in batch {

@@ -75,7 +75,8 @@ impl tonic::service::Interceptor for TokenSlot {
     }
 }
 
-type Svc = InterceptedService<Channel, TokenSlot>;
+/// A member's channel, with etcd's auth token added to every call.
+pub type Svc = InterceptedService<Channel, TokenSlot>;
 
 /// Pause before trying a call again on another member.
 const PAUSE: Duration = Duration::from_millis(50);
@@ -531,10 +532,21 @@ impl Client {
         Ok(())
     }
 
-    /// The watch service of a member in rotation, for the engine's one log
-    /// watch and catch-up reads.
+    /// The watch service of a member in rotation, for catch-up reads.
     pub fn watch_client(&self) -> WatchClient<Svc> {
-        self.members.list[self.members.pick()].watch.clone()
+        self.watch_member().1
+    }
+
+    /// A member in rotation and its watch service, for the engine's one
+    /// long watch: it leaves that member once [`Client::is_out`] says so.
+    pub fn watch_member(&self) -> (usize, WatchClient<Svc>) {
+        let i = self.members.pick();
+        (i, self.members.list[i].watch.clone())
+    }
+
+    /// Whether member `i` is out of rotation now.
+    pub fn is_out(&self, i: usize) -> bool {
+        self.members.is_out(i)
     }
 
     fn token_expired(&self, s: &tonic::Status) -> bool {

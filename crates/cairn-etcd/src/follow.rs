@@ -49,6 +49,17 @@ async fn open_watch(
     range_end: Vec<u8>,
     start: i64,
 ) -> std::result::Result<(mpsc::Sender<WatchRequest>, tonic::Streaming<WatchResponse>), NotOpened> {
+    open_watch_on(client, client.watch_client(), key, range_end, start).await
+}
+
+/// [`open_watch`] on the member `watch` is the service of.
+async fn open_watch_on(
+    client: &Client,
+    mut watch: crate::pb::etcdserverpb::watch_client::WatchClient<crate::client::Svc>,
+    key: Vec<u8>,
+    range_end: Vec<u8>,
+    start: i64,
+) -> std::result::Result<(mpsc::Sender<WatchRequest>, tonic::Streaming<WatchResponse>), NotOpened> {
     let (tx, rx) = mpsc::channel(1);
     let create = WatchRequest {
         request_union: Some(watch_request::RequestUnion::CreateRequest(
@@ -70,7 +81,6 @@ async fn open_watch(
         "hasleader",
         tonic::metadata::MetadataValue::from_static("true"),
     );
-    let mut watch = client.watch_client();
     let stream = tokio::time::timeout(client.timeout(), watch.watch(req))
         .await
         .map_err(|_| {
@@ -286,11 +296,24 @@ async fn follow_once(inner: &Inner) -> Result<Flow> {
     let next = inner.mirror.applied() + 1;
     let prefix = inner.keys.prefix().to_vec();
     let end = crate::keys::prefix_end(&prefix);
-    let (_keep, mut stream) = open_watch(&inner.client, prefix, end, next).await?;
+    let (member, watch) = inner.client.watch_member();
+    let (_keep, mut stream) = open_watch_on(&inner.client, watch, prefix, end, next).await?;
+    // A member that dies or goes silent leaves the rotation within a
+    // health check; the watch leaves it then too, rather than waiting for
+    // the connection's keep-alive (reads and writes wait on the copy).
+    let mut rotation = inner.client.members_out();
     loop {
         let msg = tokio::select! {
             m = next_message(&inner.client, &mut stream, Patience::Forever) => m?,
             () = inner.closed() => return Ok(Flow::Closed),
+            changed = rotation.changed() => {
+                if changed.is_ok() && inner.client.is_out(member) {
+                    return Err(Error::Unavailable(
+                        "the member the watch was on left the rotation".into(),
+                    ));
+                }
+                continue;
+            }
         };
         if msg.compact_revision > 0 {
             reload(inner, next, msg.compact_revision).await?;

@@ -8,11 +8,6 @@
 //! follower applies each watch message whole (etcd never splits a
 //! revision across messages), then publishes the revision it reached:
 //! the copy is always exactly etcd's state of the prefix at that revision.
-//! A commit of this replica's own is written through at once when the copy
-//! is right behind it (then its own change is etcd's whole change at that
-//! revision); its watch events then only feed the hub. Keys written
-//! through lack etcd's `create_revision` and `version`, which Cairn never
-//! reads.
 
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
@@ -25,7 +20,7 @@ use tokio::sync::watch;
 use crate::client::Client;
 use crate::decode::logged;
 use crate::keys::{Keys, prefix_end};
-use crate::pb::etcdserverpb::{RangeRequest, RequestOp, request_op};
+use crate::pb::etcdserverpb::RangeRequest;
 use crate::pb::mvccpb::event::EventType;
 use crate::pb::mvccpb::{Event, KeyValue};
 
@@ -97,9 +92,6 @@ impl Mirror {
                 last = last.max(kv.mod_revision);
                 let delete = ev.r#type == EventType::Delete as i32;
                 if !delete && kv.key == log_key {
-                    // Dispatched even when the copy has it already (this
-                    // replica's own commit, written through): the hub
-                    // learns revisions only here.
                     match logged(&kv) {
                         Ok((r, _)) => logged_revs.push(Arc::new(r)),
                         Err(e) => {
@@ -108,6 +100,7 @@ impl Mirror {
                     }
                 }
                 if kv.mod_revision <= held {
+                    // Already held (a message seen again after a reload).
                     continue;
                 }
                 if delete {
@@ -123,43 +116,6 @@ impl Mirror {
         }
         self.applied.send_replace(last);
         logged_revs
-    }
-
-    /// Writes this replica's own commit at `revision` into the copy at
-    /// once, when the copy holds everything before it (`revision - 1`):
-    /// the commit's changes are then exactly etcd's change at `revision`,
-    /// and the writes queued behind it need not wait for the watch to
-    /// bring it. The watch's events for it are then only dispatched.
-    /// Returns whether it did.
-    pub fn write_through(&self, revision: i64, success: &[RequestOp]) -> bool {
-        {
-            let mut snap = self.snap.write().unwrap_or_else(PoisonError::into_inner);
-            if snap.revision != revision - 1 {
-                return false;
-            }
-            for op in success {
-                match &op.request {
-                    Some(request_op::Request::RequestPut(p)) => {
-                        snap.kvs.insert(
-                            p.key.clone(),
-                            Arc::new(KeyValue {
-                                key: p.key.clone(),
-                                value: p.value.clone(),
-                                mod_revision: revision,
-                                ..KeyValue::default()
-                            }),
-                        );
-                    }
-                    Some(request_op::Request::RequestDeleteRange(d)) => {
-                        snap.kvs.remove(&d.key);
-                    }
-                    _ => {}
-                }
-            }
-            snap.revision = revision;
-        }
-        self.applied.send_replace(revision);
-        true
     }
 
     /// Replaces the whole copy (after etcd compacted the history the watch
@@ -210,7 +166,6 @@ pub async fn load(client: &Client, keys: &Keys) -> Result<Snap> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pb::etcdserverpb::PutRequest;
 
     fn put(key: &str, value: &str, revision: i64) -> Event {
         Event {
@@ -232,31 +187,6 @@ mod tests {
                 kv.mod_revision,
             )
         })
-    }
-
-    #[test]
-    fn an_own_commit_is_written_through_only_right_after_the_copy() {
-        let m = Mirror::new(Snap::default());
-        m.apply(vec![put("a", "1", 5)], b"log");
-        let op = |k: &str, v: &str| RequestOp {
-            request: Some(request_op::Request::RequestPut(PutRequest {
-                key: k.as_bytes().to_vec(),
-                value: v.as_bytes().to_vec(),
-                ..PutRequest::default()
-            })),
-        };
-        // Revision 7: the copy lacks 6, so it waits for the watch.
-        assert!(!m.write_through(7, &[op("b", "x")]));
-        assert_eq!(value(&m, "b"), None);
-        // Revision 6: right after it.
-        assert!(m.write_through(6, &[op("a", "2")]));
-        assert_eq!(m.applied(), 6);
-        assert_eq!(value(&m, "a"), Some(("2".into(), 6)));
-        // The watch brings 6 (already held) and 7: only 7 is applied.
-        m.apply(vec![put("a", "stale", 6), put("b", "y", 7)], b"log");
-        assert_eq!(value(&m, "a"), Some(("2".into(), 6)));
-        assert_eq!(value(&m, "b"), Some(("y".into(), 7)));
-        assert_eq!(m.applied(), 7);
     }
 
     #[test]
