@@ -1,7 +1,8 @@
 //! The etcd engine behind the store's [`Backend`] seam.
 //!
-//! A write is one etcd transaction for one mutation, so a mutation's
-//! revision is the transaction's. The mutation runs on the replica's copy
+//! A mutation's revision is the etcd transaction's that commits it: its
+//! own, or one it shares with independent mutations ready with it
+//! ([`crate::batcher`]). The mutation runs on the replica's copy
 //! ([`crate::mirror`]); its transaction compares what it read, so a copy
 //! that lagged another replica's write costs a second run, never a lost
 //! update. This replica's own writes of the same keys queue
