@@ -25,7 +25,6 @@ use cairn_core::error::Result;
 use tokio::sync::{Notify, Semaphore, oneshot};
 
 use crate::client::Client;
-use crate::shared::Inner;
 use crate::txn::{Footprint, Txn, combined};
 
 /// Batches on the wire at once.
@@ -116,8 +115,7 @@ impl Batcher {
     }
 
     /// Sends batches until the task is aborted.
-    pub async fn serve(self: Arc<Self>, inner: Arc<Inner>) {
-        let max_ops = inner.opts.max_txn_ops;
+    pub async fn serve(self: Arc<Self>, client: Client, max_ops: usize) {
         let slots = Arc::new(Semaphore::new(IN_FLIGHT));
         loop {
             self.wake.notified().await;
@@ -129,10 +127,10 @@ impl Batcher {
                 if batch.is_empty() {
                     break;
                 }
-                let inner = Arc::clone(&inner);
+                let client = client.clone();
                 tokio::spawn(async move {
                     let _permit = permit;
-                    send(&inner.client, batch, max_ops).await;
+                    send(&client, batch, max_ops).await;
                 });
             }
         }

@@ -106,7 +106,7 @@ pub async fn open(opts: &EtcdOptions) -> Result<Store> {
             .await;
     }));
     tasks.push(tokio::spawn(
-        Arc::clone(&inner.batcher).serve(Arc::clone(&inner)),
+        Arc::clone(&inner.batcher).serve(inner.client.clone(), opts.max_txn_ops),
     ));
     // A member out of rotation is reduced redundancy, not an outage.
     let mut out = inner.client.members_out();
