@@ -236,6 +236,60 @@ async fn resume_after_disconnect_and_after_restart() {
     assert_eq!(live[0].0, rev(8));
 }
 
+/// Writes a five-step plan to sessions `{prefix}0` … `{prefix}{n-1}`, in
+/// turn; the revisions acknowledged.
+async fn write_plans(
+    plans: &mut cairn_api::plan_service_client::PlanServiceClient<Channel>,
+    prefix: &str,
+    n: usize,
+) -> Vec<u64> {
+    let mut revisions = Vec::with_capacity(n);
+    for i in 0..n {
+        let r = plans
+            .update_plan(update(&format!("{prefix}{i}"), five_steps()))
+            .await
+            .unwrap()
+            .into_inner()
+            .revision;
+        revisions.push(r);
+    }
+    revisions
+}
+
+/// Waits (within the patience bound) until a watch from revision 1 is
+/// refused with `REVISION_COMPACTED` at a compact revision `done` accepts:
+/// compaction runs in the background, a chunk at a time. The refusal.
+async fn compacted_until(
+    client: &mut WatchServiceClient<Channel>,
+    done: impl Fn(u64) -> bool,
+) -> tonic::Status {
+    tokio::time::timeout(PATIENCE, async {
+        loop {
+            let result = client
+                .watch(pb::WatchRequest {
+                    target: Some(Target::All(true)),
+                    start_revision: Some(1),
+                    ..Default::default()
+                })
+                .await;
+            match result {
+                Err(status)
+                    if status.get_details_error_info().is_some_and(|i| {
+                        i.metadata["compact_revision"]
+                            .parse::<u64>()
+                            .is_ok_and(&done)
+                    }) =>
+                {
+                    break status;
+                }
+                _ => tokio::time::sleep(Duration::from_millis(20)).await,
+            }
+        }
+    })
+    .await
+    .expect("compaction within the patience bound")
+}
+
 /// `--retention-age`: revisions older than the age are dropped whatever
 /// their count, younger ones kept (on etcd too, from etcd's own history of
 /// the log).
@@ -248,51 +302,11 @@ async fn revisions_older_than_the_retention_age_are_compacted() {
     .await;
     let mut plans = server.plans().await;
     let mut client = WatchServiceClient::new(server.channel().await);
-    let mut old = 0;
-    for i in 0..5 {
-        old = plans
-            .update_plan(update(&format!("old{i}"), five_steps()))
-            .await
-            .unwrap()
-            .into_inner()
-            .revision;
-    }
+    let old = *write_plans(&mut plans, "old", 5).await.last().unwrap();
     tokio::time::sleep(Duration::from_millis(5_500)).await;
-    let mut young = Vec::new();
-    for i in 0..2 {
-        young.push(
-            plans
-                .update_plan(update(&format!("young{i}"), five_steps()))
-                .await
-                .unwrap()
-                .into_inner()
-                .revision,
-        );
-    }
+    let young = write_plans(&mut plans, "young", 2).await;
     // The old five go (in the background); the young two stay.
-    let status = tokio::time::timeout(PATIENCE, async {
-        loop {
-            let result = client
-                .watch(pb::WatchRequest {
-                    target: Some(Target::All(true)),
-                    start_revision: Some(1),
-                    ..Default::default()
-                })
-                .await;
-            match result {
-                Err(status)
-                    if status.get_details_error_info().is_some_and(|i| {
-                        i.metadata["compact_revision"].parse::<u64>().unwrap() >= old
-                    }) =>
-                {
-                    break status;
-                }
-                _ => tokio::time::sleep(Duration::from_millis(20)).await,
-            }
-        }
-    })
-    .await
-    .expect("compaction by age within the patience bound");
+    let status = compacted_until(&mut client, |compact| compact >= old).await;
     let info = status.get_details_error_info().unwrap();
     let compact: u64 = info.metadata["compact_revision"].parse().unwrap();
     assert!(
@@ -316,41 +330,9 @@ async fn compacted_revisions_end_with_revision_compacted() {
     .await;
     let mut plans = server.plans().await;
     let mut client = WatchServiceClient::new(server.channel().await);
-    let mut last = 0;
-    for i in 0..20 {
-        last = plans
-            .update_plan(update(&format!("s{i}"), five_steps()))
-            .await
-            .unwrap()
-            .into_inner()
-            .revision;
-    }
-    // Compaction runs in the background; wait (boundedly) until it has.
-    let status = tokio::time::timeout(PATIENCE, async {
-        loop {
-            let result = client
-                .watch(pb::WatchRequest {
-                    target: Some(Target::All(true)),
-                    start_revision: Some(1),
-                    ..Default::default()
-                })
-                .await;
-            match result {
-                // Compaction may stop at an earlier chunk first; wait for
-                // the final one.
-                Err(status)
-                    if status.get_details_error_info().is_some_and(|i| {
-                        i.metadata["compact_revision"] == (last - 5).to_string()
-                    }) =>
-                {
-                    break status;
-                }
-                _ => tokio::time::sleep(Duration::from_millis(20)).await,
-            }
-        }
-    })
-    .await
-    .expect("compaction within the patience bound");
+    let last = *write_plans(&mut plans, "s", 20).await.last().unwrap();
+    // Compaction may stop at an earlier chunk first; wait for the final one.
+    let status = compacted_until(&mut client, |compact| compact == last - 5).await;
     assert_eq!(status.code(), Code::FailedPrecondition);
     let info = status.get_details_error_info().unwrap();
     assert_eq!(info.reason, "REVISION_COMPACTED");
