@@ -333,14 +333,7 @@ async fn concurrent_writes_get_distinct_gap_free_revisions() {
     )
     .await;
     let last = *revisions.last().unwrap();
-    let mut logged = Vec::new();
-    while logged.last().is_none_or(|r| *r < last) {
-        if let pb::watch_response::Kind::Event(e) = cairn_testkit::stream::next(&mut stream).await
-            && e.index_in_revision + 1 == e.events_in_revision
-        {
-            logged.push(e.revision);
-        }
-    }
+    let logged = cairn_testkit::stream::revisions_through(&mut stream, last).await;
     assert_eq!(logged, revisions);
 }
 

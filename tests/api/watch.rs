@@ -459,14 +459,7 @@ async fn a_slow_watcher_catches_up_from_the_log() {
         assert_eq!(acked, (rev(1)..=rev(300)).collect::<Vec<u64>>());
     }
     let last = *acked.last().unwrap();
-    let mut revisions = Vec::new();
-    while revisions.last().is_none_or(|r| *r < last) {
-        if let Kind::Event(e) = next(&mut stream).await
-            && e.index_in_revision + 1 == e.events_in_revision
-        {
-            revisions.push(e.revision);
-        }
-    }
+    let revisions = cairn_testkit::stream::revisions_through(&mut stream, last).await;
     assert_eq!(revisions, acked);
     // The writer was never blocked by it: every write was acknowledged
     // before the watcher read anything.

@@ -56,6 +56,20 @@ pub async fn events(stream: &mut Streaming<pb::WatchResponse>, n: usize) -> Vec<
     out
 }
 
+/// The revisions a stream delivers (each once its last event arrived),
+/// until `last`: what a test compares with the revisions acknowledged.
+pub async fn revisions_through(stream: &mut Streaming<pb::WatchResponse>, last: u64) -> Vec<u64> {
+    let mut revisions = Vec::new();
+    while revisions.last().is_none_or(|r| *r < last) {
+        if let Kind::Event(e) = next(stream).await
+            && e.index_in_revision + 1 == e.events_in_revision
+        {
+            revisions.push(e.revision);
+        }
+    }
+    revisions
+}
+
 pub async fn watch(
     client: &mut WatchServiceClient<Channel>,
     target: Target,
