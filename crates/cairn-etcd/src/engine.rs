@@ -63,11 +63,11 @@ pub async fn open(opts: &EtcdOptions) -> Result<Store> {
     let client = Client::new(&opts.connection)?;
     let keys = Keys::new(&opts.prefix);
     client.authenticate().await?;
-    let indexed = crate::migrate::index_waiting(&client, &keys, opts.max_txn_ops).await?;
+    let snap = crate::mirror::load(&client, &keys).await?;
+    let indexed = crate::migrate::index_waiting(&client, &keys, &snap, opts.max_txn_ops).await?;
     if indexed > 0 {
         tracing::info!(indexed, "plans awaiting approval indexed for the inbox");
     }
-    let snap = crate::mirror::load(&client, &keys).await?;
     let log_key = keys.log();
     // Dispatched so far: the last logged revision (0 on an empty
     // deployment).

@@ -11,51 +11,28 @@ use cairn_core::error::Result;
 
 use crate::client::Client;
 use crate::keys::{Keys, prefix_end};
-use crate::pb::etcdserverpb::{
-    PutRequest, RangeRequest, RequestOp, TxnRequest, request_op::Request,
-};
+use crate::mirror::Snap;
+use crate::pb::etcdserverpb::{PutRequest, RequestOp, TxnRequest, request_op::Request};
 
-/// Plans read per page.
-const PAGE: i64 = 256;
-
-/// Indexes the waiting items of every plan, unless that was done.
-pub(crate) async fn index_waiting(client: &Client, keys: &Keys, max_ops: usize) -> Result<usize> {
+/// Indexes the waiting items of every plan in `snap` (the prefix as the
+/// replica loaded it), unless that was done. The keys it writes reach the
+/// copy through the watch, which starts after `snap`.
+pub(crate) async fn index_waiting(
+    client: &Client,
+    keys: &Keys,
+    snap: &Snap,
+    max_ops: usize,
+) -> Result<usize> {
     let marker = keys.awaiting_indexed();
-    let done = client
-        .range(RangeRequest {
-            key: marker.clone(),
-            count_only: true,
-            ..RangeRequest::default()
-        })
-        .await?;
-    if done.count > 0 {
+    if snap.kvs.contains_key(&marker) {
         return Ok(0);
     }
     let start = keys.plans();
-    let end = prefix_end(&start);
-    let mut from = start.clone();
     let mut puts = Vec::new();
-    loop {
-        let page = client
-            .range(RangeRequest {
-                key: from.clone(),
-                range_end: end.clone(),
-                limit: PAGE,
-                ..RangeRequest::default()
-            })
-            .await?;
-        for kv in &page.kvs {
-            let record: cairn_store::records::PlanRecord = crate::decode::record(kv)?;
-            for w in record.plan.mode.awaiting(&record.session_id) {
-                puts.push(keys.awaiting(&w));
-            }
-        }
-        match page.kvs.last() {
-            Some(last) if page.more => {
-                from.clone_from(&last.key);
-                from.push(0);
-            }
-            _ => break,
+    for (_, kv) in snap.kvs.range(start.clone()..prefix_end(&start)) {
+        let record: cairn_store::records::PlanRecord = crate::decode::record(kv)?;
+        for w in record.plan.mode.awaiting(&record.session_id) {
+            puts.push(keys.awaiting(&w));
         }
     }
     let indexed = puts.len();
