@@ -64,7 +64,8 @@ pub async fn open(opts: &EtcdOptions) -> Result<Store> {
     let keys = Keys::new(&opts.prefix);
     client.authenticate().await?;
     let snap = crate::mirror::load(&client, &keys).await?;
-    let indexed = crate::migrate::index_waiting(&client, &keys, &snap, opts.max_txn_ops).await?;
+    let (indexed, migrated) =
+        crate::migrate::index_waiting(&client, &keys, &snap, opts.max_txn_ops).await?;
     if indexed > 0 {
         tracing::info!(indexed, "plans awaiting approval indexed for the inbox");
     }
@@ -88,7 +89,9 @@ pub async fn open(opts: &EtcdOptions) -> Result<Store> {
         barrier: Barrier::default(),
         batcher: Arc::new(Batcher::default()),
         log_key,
-        written: AtomicI64::new(0),
+        // Reads wait for the copy to hold what the migration wrote, as for
+        // this replica's own commits.
+        written: AtomicI64::new(migrated),
         revision: AtomicU64::new(start),
         closed: AtomicBool::new(false),
         close_signal: Notify::new(),
@@ -322,7 +325,7 @@ impl Inner {
         if from > upto {
             return Ok(Vec::new());
         }
-        crate::follow::history(
+        crate::history::history(
             &self.client,
             self.log_key.clone(),
             from,

@@ -28,7 +28,9 @@
 //! - [`barrier`]: the shared linearizable read that fences reads;
 //! - [`claims`]: this replica's writes in order, per key;
 //! - [`batcher`]: independent writes ready together, one etcd transaction;
-//! - [`follow`]: the watch feeding the copy and the hub, and log reads;
+//! - [`follow`]: the watch feeding the copy and the hub;
+//! - [`history`]: reads of the log key's past versions (catch-up, and
+//!   whether a commit whose answer was lost landed);
 //! - [`presence`]: which replicas are alive, for adopting a dead one's
 //!   session leases;
 //! - [`client`]: the etcd calls, their deadlines and error mapping;
@@ -48,6 +50,7 @@ pub mod client;
 pub mod decode;
 pub mod engine;
 pub mod follow;
+pub mod history;
 pub mod keys;
 pub mod migrate;
 pub mod mirror;

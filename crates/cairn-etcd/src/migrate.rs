@@ -15,17 +15,19 @@ use crate::mirror::Snap;
 use crate::pb::etcdserverpb::{PutRequest, RequestOp, TxnRequest, request_op::Request};
 
 /// Indexes the waiting items of every plan in `snap` (the prefix as the
-/// replica loaded it), unless that was done. The keys it writes reach the
-/// copy through the watch, which starts after `snap`.
+/// replica loaded it), unless that was done: how many, and the etcd
+/// revision of the last write (0: none). The keys it writes reach the
+/// copy through the watch, which starts after `snap`, so reads must be
+/// fenced on that revision.
 pub(crate) async fn index_waiting(
     client: &Client,
     keys: &Keys,
     snap: &Snap,
     max_ops: usize,
-) -> Result<usize> {
+) -> Result<(usize, i64)> {
     let marker = keys.awaiting_indexed();
     if snap.kvs.contains_key(&marker) {
-        return Ok(0);
+        return Ok((0, 0));
     }
     let start = keys.plans();
     let mut puts = Vec::new();
@@ -36,6 +38,7 @@ pub(crate) async fn index_waiting(
         }
     }
     let indexed = puts.len();
+    let mut last = 0;
     puts.push(marker);
     for chunk in puts.chunks(max_ops.max(1)) {
         let success = chunk
@@ -47,12 +50,13 @@ pub(crate) async fn index_waiting(
                 })),
             })
             .collect();
-        client
+        let done = client
             .txn(TxnRequest {
                 success,
                 ..TxnRequest::default()
             })
             .await?;
+        last = done.header.map_or(last, |h| h.revision);
     }
-    Ok(indexed)
+    Ok((indexed, last))
 }
