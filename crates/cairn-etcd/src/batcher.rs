@@ -25,7 +25,8 @@ use cairn_core::error::Result;
 use tokio::sync::{Notify, Semaphore, oneshot};
 
 use crate::client::Client;
-use crate::txn::{Footprint, Txn, combined};
+use crate::pb::etcdserverpb::{TxnRequest, TxnResponse};
+use crate::txn::{Footprint, Txn, combined, resendable};
 
 /// Batches on the wire at once.
 const IN_FLIGHT: usize = 4;
@@ -143,16 +144,46 @@ async fn send(client: &Client, batch: Vec<Queued>, max_ops: usize) {
         let txns: Vec<&Txn> = batch.iter().map(|q| &q.txn).collect();
         combined(&txns, max_ops)
     };
+    // Every copy of the transaction compares what each member read at its
+    // snapshot: none can commit at or before the oldest snapshot.
+    let after = batch.iter().map(|q| q.txn.snapshot()).min().unwrap_or(0);
+    let log_key = batch.first().map(|q| q.txn.log_key()).unwrap_or_default();
     let outcome = match request {
-        Ok(r) => client.txn(r).await.map(|resp| {
-            let revision = resp.header.as_ref().map_or(0, |h| h.revision);
-            (resp.succeeded, revision)
-        }),
+        Ok(r) => commit(client, r, log_key, after).await,
         Err(e) => Err(e),
     };
     for q in batch {
         let _ = q.reply.send((q.txn, outcome.clone()));
     }
+}
+
+/// Sends the batch's transaction (its writes read at etcd revisions after
+/// `after`); when a member lost the answer and a
+/// copy went to another, a failed compare is looked into: the first copy
+/// may be what changed the keys, and then the batch did commit.
+async fn commit(client: &Client, req: TxnRequest, log_key: Vec<u8>, after: i64) -> Outcome {
+    let Some(record) = resendable(&req, &log_key).map(<[u8]>::to_vec) else {
+        let resp = client.txn(req).await?;
+        return Ok((resp.succeeded, revision(&resp)));
+    };
+    let (resp, resent) = client.txn_resending(req).await?;
+    let at = revision(&resp);
+    if resp.succeeded || !resent {
+        return Ok((resp.succeeded, at));
+    }
+    // A copy that had not committed by `at` never will: it compares keys
+    // that had changed by then.
+    match crate::history::find_put(client, log_key, &record, after, at).await? {
+        Some(committed) => {
+            tracing::info!(committed, "a commit whose answer was lost had landed");
+            Ok((true, committed))
+        }
+        None => Ok((false, at)),
+    }
+}
+
+fn revision(resp: &TxnResponse) -> i64 {
+    resp.header.as_ref().map_or(0, |h| h.revision)
 }
 
 #[cfg(test)]

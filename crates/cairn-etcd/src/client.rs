@@ -422,23 +422,47 @@ impl Client {
     /// A transaction. A timeout or a broken connection leaves its outcome
     /// unknown, which the caller is told rather than a retry risked.
     pub async fn txn(&self, req: TxnRequest) -> Result<TxnResponse> {
+        self.send_txn(req, false).await.map(|(r, _)| r)
+    }
+
+    /// A transaction that fences itself: it compares a key it writes, so
+    /// of two copies at most one commits, and it may be sent again. A
+    /// member that does not answer within a part of the deadline, or
+    /// whose connection breaks after sending, is left and the same request
+    /// goes to another. The flag says it was sent more than once: then a
+    /// failed compare may be the first copy's commit, which the caller
+    /// must look for before running the mutation again.
+    pub async fn txn_resending(&self, req: TxnRequest) -> Result<(TxnResponse, bool)> {
+        self.send_txn(req, true).await
+    }
+
+    async fn send_txn(&self, req: TxnRequest, may_resend: bool) -> Result<(TxnResponse, bool)> {
         let deadline = tokio::time::Instant::now() + self.timeout;
+        let attempt = if may_resend {
+            (self.timeout / 3).max(Duration::from_millis(500))
+        } else {
+            self.timeout
+        };
         let mut retried_auth = false;
+        let mut resent = false;
         loop {
             let i = self.members.pick();
             let mut kv = self.members.list[i].kv.clone();
-            let out = tokio::time::timeout_at(deadline, kv.txn(req.clone()))
-                .await
-                .map_err(|_| {
-                    // Whatever the outcome, the next calls go elsewhere.
-                    self.members.mark(i, true, "a commit went unanswered");
-                    Error::Unavailable(format!(
-                        "{} did not confirm the commit within {:?}: it may or may not have been applied; read before retrying",
-                        self.describe, self.timeout
-                    ))
-                })?;
+            let until = deadline.min(tokio::time::Instant::now() + attempt);
+            let Ok(out) = tokio::time::timeout_at(until, kv.txn(req.clone())).await else {
+                // Whatever the outcome, the next calls go elsewhere.
+                self.members.mark(i, true, "a commit went unanswered");
+                if until < deadline {
+                    resent = true;
+                    continue;
+                }
+                return Err(Error::Unavailable(format!(
+                    "{} did not confirm the commit within {:?}: it may or may not have been applied; read before retrying",
+                    self.describe, self.timeout
+                )));
+            };
             match out {
-                Ok(r) => return Ok(r.into_inner()),
+                Ok(r) => return Ok((r.into_inner(), resent)),
                 Err(s) if !retried_auth && self.token_expired(&s) => {
                     retried_auth = true;
                     self.authenticate().await?;
@@ -447,6 +471,18 @@ impl Client {
                 // to another.
                 Err(s) if not_sent(&s) && tokio::time::Instant::now() + PAUSE < deadline => {
                     self.members.mark(i, true, "refused or unresolvable");
+                    tokio::time::sleep(PAUSE).await;
+                }
+                // Sent, and the connection broke: only a request that
+                // fences itself goes again.
+                Err(s)
+                    if may_resend
+                        && transient(&s)
+                        && tokio::time::Instant::now() + PAUSE < deadline =>
+                {
+                    self.members
+                        .mark(i, true, "the connection broke during a commit");
+                    resent = true;
                     tokio::time::sleep(PAUSE).await;
                 }
                 Err(s) if s.message().contains("too many operations in txn request") => {

@@ -292,6 +292,10 @@ impl Txn {
     }
 
     fn put(&mut self, key: Vec<u8>, value: Vec<u8>) {
+        // Compared even when not read: a write that compares what it
+        // writes fences itself (of two copies of its transaction at most
+        // one commits), so a copy whose answer was lost can be sent again.
+        self.fetch(&key, Compared::AtCommit);
         self.changes.insert(key, Some(value));
     }
 
@@ -306,6 +310,11 @@ impl Txn {
     /// every change. `max_ops` is the cluster's limit per transaction.
     pub fn transaction(&self, max_ops: usize) -> Result<TxnRequest> {
         combined(&[self], max_ops)
+    }
+
+    /// The key every logged write puts its record under.
+    pub fn log_key(&self) -> Vec<u8> {
+        self.keys.log()
     }
 
     /// This write's compares, in the transaction.
@@ -394,6 +403,35 @@ pub fn combined(txns: &[&Txn], max_ops: usize) -> Result<TxnRequest> {
         success,
         failure: Vec::new(),
     })
+}
+
+/// The log record `req` puts under `log_key`, when `req` may be sent again
+/// safely: it compares a key it writes at its version as read, so once
+/// one copy commits every other fails, and the record (its commit time and
+/// events) tells whether a copy whose answer was lost did commit.
+pub fn resendable<'a>(req: &'a TxnRequest, log_key: &[u8]) -> Option<&'a [u8]> {
+    let compared = |key: &[u8]| {
+        req.compare.iter().any(|c| {
+            c.key == key && c.range_end.is_empty() && c.target == compare::CompareTarget::Mod as i32
+        })
+    };
+    let mut record = None;
+    let mut fenced = false;
+    for op in &req.success {
+        match &op.request {
+            Some(request_op::Request::RequestPut(p)) if p.key == log_key => {
+                record = Some(&p.value[..]);
+            }
+            Some(
+                request_op::Request::RequestPut(PutRequest { key, .. })
+                | request_op::Request::RequestDeleteRange(DeleteRangeRequest { key, .. }),
+            ) => {
+                fenced |= compared(key);
+            }
+            _ => {}
+        }
+    }
+    record.filter(|_| fenced)
 }
 
 impl ReadTxn for Txn {
@@ -698,5 +736,56 @@ impl WriteTxn for Txn {
         self.put(key, upto.to_string().into_bytes());
         self.compact_to = Some(upto);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cairn_store::records::TodoRecord;
+
+    fn todos(agent: &str) -> TodoRecord {
+        TodoRecord {
+            agent_id: agent.into(),
+            ..TodoRecord::default()
+        }
+    }
+
+    #[test]
+    fn a_logged_write_compares_what_it_writes_and_may_be_sent_again() {
+        let keys = Keys::new("/t/");
+        // Written without being read first: still compared.
+        let mut txn = Txn::writer(keys.clone(), Snap::default());
+        txn.put_todos(&todos("a")).unwrap();
+        let logged = Revision {
+            revision: 0,
+            time: 1,
+            events: Vec::new(),
+        };
+        txn.append_revision(&logged).unwrap();
+        let req = txn.transaction(128).unwrap();
+        assert!(req.compare.iter().any(|c| c.key == keys.todos("a")));
+        let record = resendable(&req, &keys.log()).expect("resendable");
+        assert_eq!(record, codec::encode_revision(&logged).unwrap());
+    }
+
+    #[test]
+    fn maintenance_without_a_record_is_never_sent_twice() {
+        let keys = Keys::new("/t/");
+        let mut txn = Txn::writer(keys.clone(), Snap::default());
+        txn.put_todos(&todos("a")).unwrap();
+        let req = txn.transaction(128).unwrap();
+        assert!(resendable(&req, &keys.log()).is_none());
+        // Nor a request that compares none of its keys.
+        let mut bare = req.clone();
+        bare.compare.clear();
+        bare.success.push(RequestOp {
+            request: Some(request_op::Request::RequestPut(PutRequest {
+                key: keys.log(),
+                value: b"r".to_vec(),
+                ..PutRequest::default()
+            })),
+        });
+        assert!(resendable(&bare, &keys.log()).is_none());
     }
 }
