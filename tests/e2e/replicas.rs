@@ -966,6 +966,7 @@ async fn writes_in_flight_to_a_member_that_goes_silent_succeed_once() {
 /// showed it after an etcd container was killed).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_catch_up_goes_on_when_a_member_goes_silent_under_it() {
+    const SERVING: i32 = 1;
     if !cairn_testkit::tools::etcd() {
         return;
     }
@@ -984,7 +985,6 @@ async fn a_catch_up_goes_on_when_a_member_goes_silent_under_it() {
     // Each catch-up from revision 1 reads several chunks, each from the
     // next member in rotation, while the silent one is still in it for a
     // moment; three rounds, so that one lands on it whatever the order.
-    const SERVING: i32 = 1;
     let mut checked = 0;
     for _ in 0..3 {
         let victim = (cluster.leader().await + 1) % 3;
