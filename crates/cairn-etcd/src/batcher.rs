@@ -21,7 +21,7 @@
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use cairn_core::error::Result;
+use cairn_core::error::{Error, Result};
 use tokio::sync::{Notify, Semaphore, oneshot};
 
 use crate::client::Client;
@@ -173,12 +173,18 @@ async fn commit(client: &Client, req: TxnRequest, log_key: Vec<u8>, after: i64) 
     }
     // A copy that had not committed by `at` never will: it compares keys
     // that had changed by then.
-    match crate::history::find_put(client, log_key, &record, after, at).await? {
-        Some(committed) => {
+    match crate::history::find_put(client, log_key, &record, after, at).await {
+        Ok(Some(committed)) => {
             tracing::info!(committed, "a commit whose answer was lost had landed");
             Ok((true, committed))
         }
-        None => Ok((false, at)),
+        Ok(None) => Ok((false, at)),
+        // History compacted away or unreadable: the outcome stays unknown,
+        // and the caller is told so, not a watch's error.
+        Err(e) => Err(Error::Unavailable(format!(
+            "{}: a commit's answer was lost and whether it landed could not be read ({e}): it may or may not have been applied; read before retrying",
+            client.describe()
+        ))),
     }
 }
 
