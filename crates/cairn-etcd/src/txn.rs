@@ -306,12 +306,6 @@ impl Txn {
         self.changes.insert(key, None);
     }
 
-    /// The transaction for this write: compare everything read, apply
-    /// every change. `max_ops` is the cluster's limit per transaction.
-    pub fn transaction(&self, max_ops: usize) -> Result<TxnRequest> {
-        combined(&[self], max_ops)
-    }
-
     /// The key every logged write puts its record under.
     pub fn log_key(&self) -> Vec<u8> {
         self.keys.log()
@@ -763,7 +757,7 @@ mod tests {
             events: Vec::new(),
         };
         txn.append_revision(&logged).unwrap();
-        let req = txn.transaction(128).unwrap();
+        let req = combined(&[&txn], 128).unwrap();
         assert!(req.compare.iter().any(|c| c.key == keys.todos("a")));
         let record = resendable(&req, &keys.log()).expect("resendable");
         assert_eq!(record, codec::encode_revision(&logged).unwrap());
@@ -774,7 +768,7 @@ mod tests {
         let keys = Keys::new("/t/");
         let mut txn = Txn::writer(keys.clone(), Snap::default());
         txn.put_todos(&todos("a")).unwrap();
-        let req = txn.transaction(128).unwrap();
+        let req = combined(&[&txn], 128).unwrap();
         assert!(resendable(&req, &keys.log()).is_none());
         // Nor a request that compares none of its keys.
         let mut bare = req.clone();
