@@ -416,11 +416,13 @@ pub fn resendable<'a>(req: &'a TxnRequest, log_key: &[u8]) -> Option<&'a [u8]> {
             Some(request_op::Request::RequestPut(p)) if p.key == log_key => {
                 record = Some(&p.value[..]);
             }
+            // One compared key is enough: looked for until found, so a
+            // batch's request is scanned once, not once per change.
             Some(
                 request_op::Request::RequestPut(PutRequest { key, .. })
                 | request_op::Request::RequestDeleteRange(DeleteRangeRequest { key, .. }),
-            ) => {
-                fenced |= compared(key);
+            ) if !fenced => {
+                fenced = compared(key);
             }
             _ => {}
         }
