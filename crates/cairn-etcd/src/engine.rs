@@ -190,9 +190,10 @@ async fn run_write(inner: &Inner, mut job: WriteJob) {
             finish(&Ok(()), 1);
             return;
         }
+        let footprint = txn.footprint();
         if let Err(wait) = inner.claims.claim(
             &mut ticket.ticket,
-            txn.footprint(),
+            footprint.clone(),
             snapshot,
             inner.mirror.applied(),
         ) {
@@ -211,7 +212,6 @@ async fn run_write(inner: &Inner, mut job: WriteJob) {
             continue;
         }
         attempt += 1;
-        let footprint = txn.footprint();
         // After a lost compare, alone: only its own conflicts can fail it.
         let Some((back, outcome)) = inner.batcher.commit(txn, footprint, attempt > 1).await else {
             finish(&Err(Error::ShuttingDown), 1);
