@@ -133,6 +133,22 @@ fn writers(
     tasks
 }
 
+/// Stops the [`writers`] and gathers what they acknowledged and how many
+/// calls failed.
+async fn stop_writers(
+    stop: &AtomicBool,
+    tasks: Vec<tokio::task::JoinHandle<(Vec<Ack>, usize)>>,
+) -> (Vec<Ack>, usize) {
+    stop.store(true, Ordering::Relaxed);
+    let (mut acks, mut errors) = (Vec::new(), 0);
+    for t in tasks {
+        let (a, e) = t.await.unwrap();
+        acks.extend(a);
+        errors += e;
+    }
+    (acks, errors)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_replicas_racing_on_one_plan_never_both_win() {
     if !cairn_testkit::tools::etcd() {
@@ -319,14 +335,7 @@ async fn the_etcd_leader_killed_under_write_load_loses_no_acknowledged_write() {
     .await
     .expect("writes resume after the leader is killed");
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    stop.store(true, Ordering::Relaxed);
-    let mut acks = Vec::new();
-    let mut errors = 0;
-    for t in tasks {
-        let (a, e) = t.await.unwrap();
-        acks.extend(a);
-        errors += e;
-    }
+    let (acks, errors) = stop_writers(&stop, tasks).await;
     assert!(!acks.is_empty());
     // Read through the replica, from the surviving members.
     let checked = verify_acked(channels[1].clone(), &acks).await;
@@ -471,11 +480,7 @@ async fn watchers_resume_on_the_other_replica_and_see_exactly_the_log() {
     for w in watchers {
         results.push(w.await.unwrap());
     }
-    stop.store(true, Ordering::Relaxed);
-    let mut acks = Vec::new();
-    for t in tasks {
-        acks.extend(t.await.unwrap().0);
-    }
+    let (acks, _) = stop_writers(&stop, tasks).await;
     let upto = results
         .iter()
         .map(|(s, _)| last_whole(s))
@@ -533,11 +538,7 @@ async fn a_replica_killed_mid_watch_the_client_resumes_on_the_other() {
     read_whole(&mut stream, &mut seen, |_| false, usize::MAX).await;
     let cut = last_whole(&seen);
     tokio::time::sleep(Duration::from_millis(300)).await;
-    stop.store(true, Ordering::Relaxed);
-    let mut acks = Vec::new();
-    for t in tasks {
-        acks.extend(t.await.unwrap().0);
-    }
+    let (acks, _) = stop_writers(&stop, tasks).await;
     let upto = acks.iter().map(|a| a.1).max().unwrap();
     let mut client = WatchServiceClient::new(channel_b.clone());
     let mut stream = client
@@ -936,13 +937,7 @@ async fn writes_in_flight_to_a_member_that_goes_silent_succeed_once() {
     let victim = (cluster.leader().await + 1) % 3;
     cluster.pause(victim);
     tokio::time::sleep(Duration::from_secs(4)).await;
-    stop.store(true, Ordering::Relaxed);
-    let (mut acks, mut errors) = (Vec::new(), 0);
-    for t in tasks {
-        let (a, e) = t.await.unwrap();
-        acks.extend(a);
-        errors += e;
-    }
+    let (acks, errors) = stop_writers(&stop, tasks).await;
     assert_eq!(
         errors,
         0,
@@ -977,11 +972,7 @@ async fn a_catch_up_goes_on_when_a_member_goes_silent_under_it() {
     let stop = Arc::new(AtomicBool::new(false));
     let tasks = writers(std::slice::from_ref(&channel), 8, &stop);
     tokio::time::sleep(Duration::from_secs(4)).await;
-    stop.store(true, Ordering::Relaxed);
-    let mut acks = Vec::new();
-    for t in tasks {
-        acks.extend(t.await.unwrap().0);
-    }
+    let (acks, _) = stop_writers(&stop, tasks).await;
     // Each catch-up from revision 1 reads several chunks, each from the
     // next member in rotation, while the silent one is still in it for a
     // moment; three rounds, so that one lands on it whatever the order.
