@@ -10,7 +10,6 @@ same Debian release)."""
 import os
 import pathlib
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -18,6 +17,8 @@ import time
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from debian import debootstrap, free_port
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "STORAGE_DRIVER": "vfs", "BUILDAH_ISOLATION": "chroot"}
@@ -30,34 +31,13 @@ def _run(*args, **kw):
     return subprocess.run(args, env=ENV, check=True, capture_output=True, text=True, **kw).stdout.strip()
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _codename():
-    for line in pathlib.Path("/etc/os-release").read_text().splitlines():
-        if line.startswith("VERSION_CODENAME="):
-            return line.split("=", 1)[1].strip('"')
-    return "bookworm"
-
-
-def _mirror():
-    for f in pathlib.Path("/etc/apt/sources.list.d").glob("*.sources"):
-        for line in f.read_text().splitlines():
-            if line.startswith("URIs:") and "security" not in line:
-                return line.split()[1]
-    return "http://deb.debian.org/debian"
-
-
 @pytest.fixture(scope="module")
 def image():
     binary = os.environ.get("CAIRN_BIN") or str(ROOT / "target" / "debug" / "cairn")
     images = _run("buildah", "images", "--format", "{{.Name}}:{{.Tag}}")
     if BASE not in images.split():
         rootfs = tempfile.mkdtemp(prefix="cairn-rootfs-")
-        _run("debootstrap", "--variant=minbase", _codename(), rootfs, _mirror())
+        debootstrap(rootfs)
         ctr = _run("buildah", "from", "scratch")
         _run("buildah", "copy", ctr, rootfs, "/")
         _run("buildah", "commit", "-q", ctr, BASE)
@@ -120,14 +100,14 @@ def test_the_image_starts_answers_health_and_requires_a_token(image):
     os.chmod(secrets, 0o755)
     os.chown(token, 10001, 10001)
     os.chmod(token, 0o400)
-    port = _free_port()
+    port = free_port()
     ctr = _run("buildah", "from", image)
     # The image's own configuration (0.0.0.0, token auth, the admin token
     # from the mounted secret, /data); only the port moves, to a free one.
     proc = subprocess.Popen(
         ["buildah", "run", "--env", f"CAIRN_LISTEN=0.0.0.0:{port}",
-         "--env", f"CAIRN_WEB_LISTEN=127.0.0.1:{_free_port()}",
-         "--env", f"CAIRN_METRICS_LISTEN=127.0.0.1:{_free_port()}",
+         "--env", f"CAIRN_WEB_LISTEN=127.0.0.1:{free_port()}",
+         "--env", f"CAIRN_METRICS_LISTEN=127.0.0.1:{free_port()}",
          "-v", f"{secrets}:/run/secrets:ro", ctr, "--", "/usr/local/bin/cairn", "serve"],
         env=ENV, stderr=subprocess.PIPE, text=True,
     )

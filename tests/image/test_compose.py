@@ -12,7 +12,6 @@ storage root for the next run (debootstrap takes about 40 s)."""
 import os
 import pathlib
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -26,6 +25,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from cairn.v1 import plan_pb2 as plan
 from cairn.v1 import watch_pb2 as watch
 from cairn_client import connect
+from debian import debootstrap, free_port
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 COMPOSE_FILE = ROOT / "deploy" / "compose.yaml"
@@ -53,27 +53,6 @@ runroot = "/run/cairn-compose-storage"
 """
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _codename():
-    for line in pathlib.Path("/etc/os-release").read_text().splitlines():
-        if line.startswith("VERSION_CODENAME="):
-            return line.split("=", 1)[1].strip('"')
-    return "bookworm"
-
-
-def _mirror():
-    for f in pathlib.Path("/etc/apt/sources.list.d").glob("*.sources"):
-        for line in f.read_text().splitlines():
-            if line.startswith("URIs:") and "security" not in line:
-                return line.split()[1]
-    return "http://deb.debian.org/debian"
-
-
 class Compose:
     """The started deployment: its replicas' addresses and the commands
     that drive it."""
@@ -89,7 +68,7 @@ class Compose:
             "ETCD_IMAGE": ETCD_IMAGE,
             "CAIRN_IMAGE": CAIRN_IMAGE,
         }
-        self.ports = [_free_port() for _ in range(3)]
+        self.ports = [free_port() for _ in range(3)]
         self.override = self.conf_dir / "override.yaml"
         self.took = {}
 
@@ -119,8 +98,7 @@ class Compose:
             # lock every user but root out of the whole tree.
             os.chmod(rootfs, 0o755)
             try:
-                self.run("debootstrap", "--variant=minbase", "--include=etcd-server",
-                         _codename(), rootfs, _mirror())
+                debootstrap(rootfs, include=["etcd-server"])
                 # One Debian base for both: etcd's image is the base whose
                 # entrypoint is etcd; Cairn's image sets its own.
                 tar = subprocess.Popen(["tar", "-C", rootfs, "-c", "."], stdout=subprocess.PIPE)
