@@ -13,5 +13,12 @@ tonic::include_proto!("cairn.v1");
 
 pub mod shapes;
 
-/// Encoded descriptor set of `cairn.v1`, served by reflection.
+/// The Agent2Agent protocol (`lf.a2a.v1`, A2A 1.0), from the vendored
+/// `a2a.proto`: Cairn serves its `A2AService`.
+pub mod a2a {
+    tonic::include_proto!("lf.a2a.v1");
+}
+
+/// Encoded descriptor set of `cairn.v1` and `lf.a2a.v1`, served by
+/// reflection.
 pub const FILE_DESCRIPTOR_SET: &[u8] = tonic::include_file_descriptor_set!("cairn_descriptor");
