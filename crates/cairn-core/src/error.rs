@@ -90,6 +90,15 @@ pub enum Error {
     #[error("Session {0} not found")]
     SessionNotFound(String),
 
+    /// An A2A task that does not exist or that the caller may not see (a
+    /// task is a session: `docs/a2a.md`).
+    #[error("Task {0} not found")]
+    TaskNotFound(String),
+
+    /// An A2A operation this server does not offer.
+    #[error("{0} is not supported by this server")]
+    UnsupportedOperation(String),
+
     /// `CreatePrincipal` with a taken id.
     #[error("Principal {0} already exists")]
     PrincipalExists(String),
@@ -251,6 +260,8 @@ impl Error {
             | Error::IncompleteStepsNeedDeviations { .. }
             | Error::ModificationNotFound(_)
             | Error::SessionNotFound(_)
+            | Error::TaskNotFound(_)
+            | Error::UnsupportedOperation(_)
             | Error::PrincipalExists(_)
             | Error::AgentIdTaken { .. }
             | Error::PrincipalNotFound(_)

@@ -15,6 +15,7 @@
 //! - [`access`]: who may do what: principals, roles, scopes;
 //! - [`deadline`]: approval deadlines and their WAIT, REJECT and ESCALATE
 //!   policies;
+//! - [`task`]: a session as an A2A task (which task state it is in);
 //! - [`command`]: every write as a value, the one shape all writes take;
 //! - [`error`]: every way a request can fail, with the exact texts.
 //!
@@ -38,6 +39,7 @@ pub mod plan;
 pub mod plan_mode;
 pub mod revision;
 pub mod session;
+pub mod task;
 pub mod time;
 pub mod todo;
 pub mod webhook;

@@ -16,6 +16,9 @@ use cairn_core::error::Error;
 /// `ErrorInfo.domain` of every Cairn error.
 pub const ERROR_DOMAIN: &str = "cairn.dev";
 
+/// `ErrorInfo.domain` of the errors the A2A specification names.
+pub const A2A_ERROR_DOMAIN: &str = "a2a-protocol.org";
+
 /// The gRPC status of an error: its code, its exact message, an
 /// `ErrorInfo` with a stable reason, and for bad input a `BadRequest`.
 #[allow(clippy::needless_pass_by_value)]
@@ -28,7 +31,11 @@ pub fn status(err: Error) -> Status {
         field,
     } = classify(&err);
     log(code, reason, &message);
-    let mut details = ErrorDetails::with_error_info(reason, ERROR_DOMAIN, meta);
+    let domain = match err {
+        Error::TaskNotFound(_) | Error::UnsupportedOperation(_) => A2A_ERROR_DOMAIN,
+        _ => ERROR_DOMAIN,
+    };
+    let mut details = ErrorDetails::with_error_info(reason, domain, meta);
     if let Some((f, d)) = field {
         details.add_bad_request_violation(f, d);
     }
@@ -237,6 +244,11 @@ fn classify(err: &Error) -> Classified {
             field = Some(("principal.agent_ids".into(), message.clone()));
             (Code::AlreadyExists, "AGENT_ID_TAKEN")
         }
+        Error::TaskNotFound(id) => {
+            meta.insert("task_id".into(), id.clone());
+            (Code::NotFound, "TASK_NOT_FOUND")
+        }
+        Error::UnsupportedOperation(_) => (Code::FailedPrecondition, "UNSUPPORTED_OPERATION"),
         Error::PrincipalNotFound(id) => {
             meta.insert("principal_id".into(), id.clone());
             (Code::NotFound, "PRINCIPAL_NOT_FOUND")
