@@ -47,6 +47,7 @@ async fn reflection_speaks_v1_and_v1alpha() {
         "cairn.v1.TodoService",
         "cairn.v1.WatchService",
         "grpc.health.v1.Health",
+        "lf.a2a.v1.A2AService",
     ]
     .into_iter()
     .map(String::from)

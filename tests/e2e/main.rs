@@ -6,6 +6,7 @@
 // best as one long story.
 #![allow(clippy::unwrap_used, clippy::too_many_lines)]
 
+mod a2a;
 mod backup;
 mod cli;
 mod connections;

@@ -42,6 +42,12 @@ use crate::auth::Auth;
 static POOL: LazyLock<Option<DescriptorPool>> =
     LazyLock::new(|| DescriptorPool::decode(cairn_api::FILE_DESCRIPTOR_SET).ok());
 
+/// The API's descriptors (`cairn.v1` and `lf.a2a.v1`), for JSON of its
+/// messages elsewhere (the A2A agent card).
+pub(crate) fn pool() -> Option<&'static DescriptorPool> {
+    POOL.as_ref()
+}
+
 /// Which encoding a Connect request uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Codec {

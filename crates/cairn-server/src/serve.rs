@@ -388,9 +388,11 @@ pub async fn serve_store(
         Arc::clone(&site),
     );
 
+    let agent_card = agent_card(&listener, tls.is_some(), &state)?;
     let web_task = web.map(|listener| {
         let mut stopped = stopped.clone();
-        let web = crate::web::Web::new(state.clone(), Arc::clone(&site), tls.is_some());
+        let web = crate::web::Web::new(state.clone(), Arc::clone(&site), tls.is_some())
+            .with_agent_card(agent_card.clone());
         tokio::spawn(conn::serve(
             listener,
             web_router(web, config.web_extra.as_ref()),
@@ -429,6 +431,24 @@ pub async fn serve_store(
 }
 
 use tower::Layer as _;
+
+/// The A2A agent card of a server whose gRPC port is `listener`, named as
+/// a client on this machine dials it (a bind to every address is reached
+/// on loopback).
+fn agent_card(listener: &TcpListener, tls: bool, state: &State) -> Result<String, ServeError> {
+    let auth = state.auth.mode() != crate::auth::AuthMode::Off;
+    let scheme = if tls { "https" } else { "http" };
+    let url = listener.local_addr().map_or_else(
+        |_| String::new(),
+        |mut a| {
+            if a.ip().is_unspecified() {
+                a.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
+            }
+            format!("{scheme}://{a}")
+        },
+    );
+    Ok(crate::services::a2a::agent_card_json(&url, auth)?)
+}
 
 /// Every gRPC service: the API, health and reflection.
 fn api_routes(
@@ -474,6 +494,12 @@ fn api_routes(
             pb::admin_service_server::AdminServiceServer::new(
                 crate::services::admin::AdminApi::new(state.clone()),
             )
+            .max_decoding_message_size(max),
+        )
+        .add_service(
+            pb::a2a::a2a_service_server::A2aServiceServer::new(crate::services::a2a::A2aApi::new(
+                state.clone(),
+            ))
             .max_decoding_message_size(max),
         )
         .prepare())

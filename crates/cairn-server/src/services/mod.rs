@@ -8,6 +8,7 @@
 //! [`crate::status::status`]. No handler checks access or touches the plan
 //! cache: the store does both.
 
+pub mod a2a;
 pub mod admin;
 pub mod auth;
 pub mod plan;

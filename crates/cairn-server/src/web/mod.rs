@@ -71,6 +71,8 @@ pub struct Web {
     state: State,
     site: Arc<Site>,
     browsers: Arc<Browsers>,
+    /// The A2A agent card, as served (public, like any agent card).
+    agent_card: Option<Arc<str>>,
 }
 
 /// A signed-in browser.
@@ -167,7 +169,15 @@ impl Web {
                 attempts: Mutex::new(HashMap::new()),
                 secure,
             }),
+            agent_card: None,
         }
+    }
+
+    /// Serves `card` at `/.well-known/agent-card.json`.
+    #[must_use]
+    pub fn with_agent_card(mut self, card: String) -> Self {
+        self.agent_card = Some(card.into());
+        self
     }
 
     /// The routes, behind the guard.
@@ -190,6 +200,7 @@ impl Web {
                 post(reject_modification),
             )
             .route("/events", get(events))
+            .route(AGENT_CARD_PATH, get(agent_card))
             .route("/api/sessions/{id}/approve", post(approve))
             .route("/api/sessions/{id}/reject", post(reject))
             .layer(middleware::from_fn_with_state(self.clone(), guarded))
@@ -319,6 +330,24 @@ fn refused(status: StatusCode, why: &'static str) -> Response {
 
 /// Checks host and origin, finds the browser's sign-in, checks the CSRF
 /// token of changes, then adds the security headers.
+/// Where A2A clients look for the agent card.
+pub const AGENT_CARD_PATH: &str = "/.well-known/agent-card.json";
+
+/// The agent card: JSON built by the server, never from a request.
+async fn agent_card(AxumState(web): AxumState<Web>) -> Response {
+    match web.agent_card {
+        Some(card) => (
+            [(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            )],
+            card.to_string(),
+        )
+            .into_response(),
+        None => StatusCode::NOT_FOUND.into_response(),
+    }
+}
+
 async fn guarded(AxumState(web): AxumState<Web>, mut request: Request, next: Next) -> Response {
     let authority = request.uri().authority().map(|a| a.as_str().to_owned());
     let path = request.uri().path().to_owned();
@@ -330,7 +359,10 @@ async fn guarded(AxumState(web): AxumState<Web>, mut request: Request, next: Nex
         tracing::warn!(method = %method, path = %Excerpt(&path), why, "dashboard request refused");
         refused(StatusCode::FORBIDDEN, why)
     } else {
-        let open_path = matches!(path.as_str(), "/login" | "/app.js" | "/app.css");
+        let open_path = matches!(
+            path.as_str(),
+            "/login" | "/app.js" | "/app.css" | AGENT_CARD_PATH
+        );
         match web.browser(request.headers()).await {
             Some(signed) => {
                 let changes = !matches!(method, Method::GET | Method::HEAD);
