@@ -188,8 +188,22 @@ async fn sessions_are_tasks_with_the_card_the_states_and_the_errors_a2a_names() 
         })
         .await
         .unwrap();
+    let done = plans
+        .get_plan(pb::GetPlanRequest {
+            session_id: "sub".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
     let t = tasks.get_task(get("sub")).await.unwrap().into_inner();
     assert_eq!(state_and_text(&t).0, a2a::TaskState::Completed);
+    // The plan's revision, exact, as a string.
+    assert_eq!(
+        t.metadata.unwrap().fields["cairn_revision"].kind,
+        Some(prost_types::value::Kind::StringValue(
+            done.plan.unwrap().revision.to_string()
+        ))
+    );
 
     // ListTasks: every task, or those in one state; artifacts on request.
     let list = |status: a2a::TaskState, artifacts: bool| a2a::ListTasksRequest {

@@ -337,7 +337,8 @@ fn task_of(
         history: Vec::new(),
         metadata: Some(object([(
             "cairn_revision",
-            number(u32::try_from(record.revision).map_or(f64::MAX, f64::from)),
+            // A string: a JSON number would lose revisions past 2^53.
+            string(&record.revision.to_string()),
         )])),
     }
 }
