@@ -121,14 +121,16 @@ impl A2aApi {
         let artifacts = req.include_artifacts.unwrap_or(false);
         let mut tasks = Vec::with_capacity(page.sessions.len());
         for s in &page.sessions {
-            // Deleted since the page was read: no longer a task.
-            let Ok((hot, _)) = self
+            let hot = match self
                 .state
                 .store
                 .read_plan(&who.caller, s.session_id.clone())
                 .await
-            else {
-                continue;
+            {
+                Ok((hot, _)) => hot,
+                // Deleted since the page was read: no longer a task.
+                Err(Error::SessionNotFound(_)) => continue,
+                Err(e) => return Err(e),
             };
             let task = task_of(s, hot.ancestors.first(), &hot.record, artifacts);
             let state = task.status.as_ref().map_or(0, |st| st.state);
