@@ -1116,6 +1116,53 @@ async fn item_8_one_unreadable_key_drains_nothing() {
     assert_eq!(redundancy(a.channel().await).await.0, 1, "SERVING");
 }
 
+/// A2A's `ListTasks` over a plan that does not decode (written around
+/// Cairn): the call fails, naming the key, rather than leaving that task
+/// out of the page as if it did not exist.
+#[tokio::test]
+async fn a2a_list_tasks_fails_on_an_unreadable_plan_instead_of_dropping_it() {
+    use cairn_etcd::pb::etcdserverpb::PutRequest;
+    let cluster = EtcdCluster::start(3).await;
+    let dir = tempfile::tempdir().unwrap();
+    let a = replica(&cluster, &dir, "a");
+    let mut plans = PlanServiceClient::new(a.channel().await);
+    plans.update_plan(marked("good", "fine")).await.unwrap();
+    plans
+        .update_plan(marked("bad", "soon broken"))
+        .await
+        .unwrap();
+    let mut tasks = pb::a2a::a2a_service_client::A2aServiceClient::new(a.channel().await);
+    let listed = tasks
+        .list_tasks(pb::a2a::ListTasksRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(listed.tasks.len(), 2);
+    etcd_kv(&cluster)
+        .await
+        .put(PutRequest {
+            key: b"/cairn/p/bad".to_vec(),
+            value: b"\x00garbage".to_vec(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    // The watch brings the broken value; until then the page is whole.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let err = loop {
+        match tasks.list_tasks(pb::a2a::ListTasksRequest::default()).await {
+            Ok(r) if Instant::now() < deadline => {
+                assert_eq!(r.into_inner().tasks.len(), 2, "a task left out");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Ok(r) => panic!("never failed: {:?}", r.into_inner().tasks.len()),
+            Err(e) => break e,
+        }
+    };
+    assert_eq!(err.code(), Code::DataLoss, "{err:?}");
+    assert!(err.message().contains("/cairn/p/bad"), "{}", err.message());
+}
+
 /// A real `cairn mcp` for a sub-agent, spoken to over its stdio.
 struct McpAgent {
     child: std::process::Child,
