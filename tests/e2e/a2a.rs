@@ -249,6 +249,26 @@ async fn sessions_are_tasks_with_the_card_the_states_and_the_errors_a2a_names() 
         .unwrap_err();
     assert_eq!(e.code(), tonic::Code::InvalidArgument);
 
+    // Bad input names the field the caller sent.
+    let e = tasks
+        .list_tasks(a2a::ListTasksRequest {
+            status: 99,
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument);
+    assert_eq!(
+        e.get_details_bad_request().unwrap().field_violations[0].field,
+        "status"
+    );
+    let e = tasks.get_task(get("")).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument);
+    assert_eq!(
+        e.get_details_bad_request().unwrap().field_violations[0].field,
+        "id"
+    );
+
     // The errors A2A names, in its domain.
     let e = tasks.get_task(get("nope")).await.unwrap_err();
     assert_eq!(e.code(), tonic::Code::NotFound);

@@ -47,7 +47,8 @@ pub struct A2aApi {
     state: State,
 }
 
-/// A session the caller may not read is, to A2A, a task that is not found.
+/// A session the caller may not read is, to A2A, a task that is not found;
+/// a bad session id is a bad task `id`, the field the caller sent.
 fn as_task(id: &str) -> impl Fn(Error) -> Error + '_ {
     move |e| match e {
         Error::SessionNotFound(_)
@@ -55,6 +56,23 @@ fn as_task(id: &str) -> impl Fn(Error) -> Error + '_ {
             reason: Denial::NotInScope,
             ..
         } => Error::TaskNotFound(id.to_owned()),
+        Error::InvalidField { field, description } if field == "session_id" => {
+            Error::InvalidField {
+                field: "id".into(),
+                description,
+            }
+        }
+        Error::LimitExceeded {
+            field,
+            what,
+            limit,
+            actual,
+        } if field == "session_id" => Error::LimitExceeded {
+            field: "id".into(),
+            what,
+            limit,
+            actual,
+        },
         e => e,
     }
 }
@@ -110,7 +128,8 @@ impl A2aApi {
                 "ListTasks by status_timestamp_after".into(),
             ));
         }
-        let wanted = a2a::TaskState::try_from(req.status).unwrap_or_default();
+        let wanted = a2a::TaskState::try_from(req.status)
+            .map_err(|_| Error::invalid("status", format!("{} is not a task state", req.status)))?;
         let q = SessionQuery {
             after: (!req.page_token.is_empty()).then_some(req.page_token),
             limit: usize::try_from(page_size).unwrap_or(1),
