@@ -26,15 +26,12 @@ pub fn status(err: Error) -> Status {
     let Classified {
         code,
         reason,
+        domain,
         message,
         meta,
         field,
     } = classify(&err);
     log(code, reason, &message);
-    let domain = match err {
-        Error::TaskNotFound(_) | Error::UnsupportedOperation(_) => A2A_ERROR_DOMAIN,
-        _ => ERROR_DOMAIN,
-    };
     let mut details = ErrorDetails::with_error_info(reason, domain, meta);
     if let Some((f, d)) = field {
         details.add_bad_request_violation(f, d);
@@ -119,6 +116,8 @@ pub fn code(err: &Error) -> Code {
 struct Classified {
     code: Code,
     reason: &'static str,
+    /// `ErrorInfo.domain`: Cairn's, or A2A's for the errors it names.
+    domain: &'static str,
     message: String,
     meta: HashMap<String, String>,
     field: Option<(String, String)>,
@@ -130,6 +129,7 @@ fn classify(err: &Error) -> Classified {
     let message = err.to_string();
     let mut meta: HashMap<String, String> = HashMap::new();
     let mut field: Option<(String, String)> = None;
+    let mut domain = ERROR_DOMAIN;
     let (code, reason) = match err {
         Error::InvalidField {
             field: f,
@@ -246,9 +246,13 @@ fn classify(err: &Error) -> Classified {
         }
         Error::TaskNotFound(id) => {
             meta.insert("task_id".into(), id.clone());
+            domain = A2A_ERROR_DOMAIN;
             (Code::NotFound, "TASK_NOT_FOUND")
         }
-        Error::UnsupportedOperation(_) => (Code::FailedPrecondition, "UNSUPPORTED_OPERATION"),
+        Error::UnsupportedOperation(_) => {
+            domain = A2A_ERROR_DOMAIN;
+            (Code::FailedPrecondition, "UNSUPPORTED_OPERATION")
+        }
         Error::PrincipalNotFound(id) => {
             meta.insert("principal_id".into(), id.clone());
             (Code::NotFound, "PRINCIPAL_NOT_FOUND")
@@ -273,6 +277,7 @@ fn classify(err: &Error) -> Classified {
     Classified {
         code,
         reason,
+        domain,
         message,
         meta,
         field,
