@@ -162,7 +162,8 @@ fn step_status_in(v: i32) -> Option<StepStatus> {
     }
 }
 
-fn step_status_out(s: StepStatus) -> pb::StepStatus {
+/// The API's status of a checklist step.
+pub fn step_status_out(s: StepStatus) -> pb::StepStatus {
     match s {
         StepStatus::Pending => pb::StepStatus::Pending,
         StepStatus::InProgress => pb::StepStatus::InProgress,

@@ -18,8 +18,8 @@ use tracing::instrument;
 use super::{State, rpcs};
 use crate::auth::Authenticated;
 use crate::convert;
-use cairn_api::a2a;
 use cairn_api::a2a::a2a_service_server::A2aService;
+use cairn_api::{a2a, shapes};
 use cairn_core::error::{Denial, Error, Excerpt, Result};
 use cairn_core::plan::StepStatus;
 use cairn_core::session::Session;
@@ -47,8 +47,7 @@ pub struct A2aApi {
     state: State,
 }
 
-/// A session the caller may not read is, to A2A, a task that is not found;
-/// a bad session id is a bad task `id`, the field the caller sent.
+/// A session the caller may not read is, to A2A, a task that is not found.
 fn as_task(id: &str) -> impl Fn(Error) -> Error + '_ {
     move |e| match e {
         Error::SessionNotFound(_)
@@ -56,23 +55,6 @@ fn as_task(id: &str) -> impl Fn(Error) -> Error + '_ {
             reason: Denial::NotInScope,
             ..
         } => Error::TaskNotFound(id.to_owned()),
-        Error::InvalidField { field, description } if field == "session_id" => {
-            Error::InvalidField {
-                field: "id".into(),
-                description,
-            }
-        }
-        Error::LimitExceeded {
-            field,
-            what,
-            limit,
-            actual,
-        } if field == "session_id" => Error::LimitExceeded {
-            field: "id".into(),
-            what,
-            limit,
-            actual,
-        },
         e => e,
     }
 }
@@ -85,6 +67,8 @@ impl A2aApi {
 
     /// One session as a task, read through the access rules.
     async fn task(&self, who: &Authenticated, id: &str, artifacts: bool) -> Result<a2a::Task> {
+        // Checked here, so a bad id is named by the field the caller sent.
+        self.state.policy.limits.check_resource_id("id", id)?;
         let store = &self.state.store;
         let (session, _) = store
             .read_session(&who.caller, id.to_owned())
@@ -267,15 +251,6 @@ fn object(fields: impl IntoIterator<Item = (&'static str, Value)>) -> Struct {
     }
 }
 
-fn step_name(s: StepStatus) -> &'static str {
-    match s {
-        StepStatus::Pending => "pending",
-        StepStatus::InProgress => "in_progress",
-        StepStatus::Completed => "completed",
-        StepStatus::Cancelled => "cancelled",
-    }
-}
-
 /// The plan as an artifact: its steps as data, and as text.
 fn plan_artifact(record: &PlanRecord) -> a2a::Artifact {
     let checklist = &record.plan.checklist;
@@ -286,7 +261,10 @@ fn plan_artifact(record: &PlanRecord) -> a2a::Artifact {
             kind: Some(Kind::StructValue(object([
                 ("id", number(i.id)),
                 ("step", string(&i.step)),
-                ("status", string(step_name(i.status))),
+                (
+                    "status",
+                    string(shapes::step_status_name(convert::step_status_out(i.status))),
+                ),
             ]))),
         })
         .collect();
