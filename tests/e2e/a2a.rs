@@ -5,20 +5,12 @@
 
 use cairn_api as pb;
 use cairn_api::a2a;
-use cairn_testkit::Bearer;
+use cairn_testkit::{Bearer, item, session, two_steps, update};
 use pb::StepStatus::{Completed, InProgress, Pending};
 use tonic_types::StatusExt as _;
 
 use crate::web::http;
 use crate::{ADMIN_TOKEN, with_admin};
-
-fn item(step: &str, status: pb::StepStatus) -> pb::PlanItem {
-    pb::PlanItem {
-        step: step.into(),
-        status: status.into(),
-        ..Default::default()
-    }
-}
 
 /// The state and the plan artifact's text of a task.
 fn state_and_text(t: &a2a::Task) -> (a2a::TaskState, String) {
@@ -78,20 +70,9 @@ async fn sessions_are_tasks_with_the_card_the_states_and_the_errors_a2a_names() 
     );
     let mut tasks =
         a2a::a2a_service_client::A2aServiceClient::with_interceptor(channel.clone(), admin);
-    let session = |id: &str, parent: Option<&str>| pb::CreateSessionRequest {
-        session: Some(pb::Session {
-            session_id: id.into(),
-            agent_id: format!("agent-{id}"),
-            parent_session_id: parent.unwrap_or_default().into(),
-            ..Default::default()
-        }),
-    };
+    sessions.create_session(session("root", "")).await.unwrap();
     sessions
-        .create_session(session("root", None))
-        .await
-        .unwrap();
-    sessions
-        .create_session(session("sub", Some("root")))
+        .create_session(session("sub", "root"))
         .await
         .unwrap();
     let get = |id: &str| a2a::GetTaskRequest {
@@ -110,16 +91,15 @@ async fn sessions_are_tasks_with_the_card_the_states_and_the_errors_a2a_names() 
 
     // A step in progress: working, the plan as data and as text.
     plans
-        .update_plan(pb::UpdatePlanRequest {
-            session_id: "sub".into(),
-            plan: vec![
+        .update_plan(update(
+            "sub",
+            vec![
                 item("Read the code", Completed),
                 item("Fix the bug", InProgress),
                 item("Test it", Pending),
                 item("Ship it", Pending),
             ],
-            ..Default::default()
-        })
+        ))
         .await
         .unwrap();
     let t = tasks.get_task(get("sub")).await.unwrap().into_inner();
@@ -157,15 +137,7 @@ async fn sessions_are_tasks_with_the_card_the_states_and_the_errors_a2a_names() 
     plans
         .exit_plan_mode(pb::ExitPlanModeRequest {
             session_id: "root".into(),
-            plan: Some(pb::ImplementationPlan {
-                summary: "a plan".into(),
-                steps: vec![pb::ImplementationStep {
-                    id: 1,
-                    description: "one".into(),
-                    ..Default::default()
-                }],
-                ..Default::default()
-            }),
+            plan: Some(two_steps("a plan")),
             ..Default::default()
         })
         .await
@@ -176,16 +148,15 @@ async fn sessions_are_tasks_with_the_card_the_states_and_the_errors_a2a_names() 
 
     // Every step done: completed.
     plans
-        .update_plan(pb::UpdatePlanRequest {
-            session_id: "sub".into(),
-            plan: vec![
+        .update_plan(update(
+            "sub",
+            vec![
                 item("Read the code", Completed),
                 item("Fix the bug", Completed),
                 item("Test it", Completed),
                 item("Ship it", Completed),
             ],
-            ..Default::default()
-        })
+        ))
         .await
         .unwrap();
     let done = plans
