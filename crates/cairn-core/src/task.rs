@@ -33,11 +33,13 @@ impl TaskState {
 /// whatever happens to the agent after; a lost agent fails an unfinished
 /// one, even while it awaits approval (nobody is left to go on).
 pub fn task_state(plan: &SessionPlan, liveness: Option<Liveness>) -> TaskState {
+    with_liveness(plan_state(plan), liveness == Some(Liveness::Lost))
+}
+
+/// What the plan alone says: the task state while its agent is not lost.
+pub fn plan_state(plan: &SessionPlan) -> TaskState {
     if plan.is_complete() {
         return TaskState::Completed;
-    }
-    if liveness == Some(Liveness::Lost) {
-        return TaskState::Failed;
     }
     let mode = &plan.mode;
     if mode.pending.is_some() || !mode.modifications.is_empty() {
@@ -47,6 +49,80 @@ pub fn task_state(plan: &SessionPlan, liveness: Option<Liveness>) -> TaskState {
         return TaskState::Submitted;
     }
     TaskState::Working
+}
+
+fn with_liveness(of_plan: TaskState, lost: bool) -> TaskState {
+    if lost && of_plan != TaskState::Completed {
+        TaskState::Failed
+    } else {
+        of_plan
+    }
+}
+
+/// A task followed change by change, as a subscriber sees it: what its
+/// plan says, whether its agent is lost, and the state last told. Each
+/// revision that touches the session is applied whole, and yields the new
+/// state only when it differs from the one last told, so a subscriber sees
+/// every change of state once, whatever else the revision changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Following {
+    of_plan: TaskState,
+    lost: bool,
+    told: TaskState,
+}
+
+impl Following {
+    /// A task whose plan says `of_plan` and whose agent is `lost` or not,
+    /// that state told.
+    pub fn new(of_plan: TaskState, lost: bool) -> Self {
+        Following {
+            of_plan,
+            lost,
+            told: with_liveness(of_plan, lost),
+        }
+    }
+
+    /// A task last told in `state`, followed again from there (a resumed
+    /// subscription). A task told a state other than failed had an agent
+    /// that was not lost, so its plan said that state; a failed one is
+    /// terminal, and nothing follows it.
+    pub fn resumed(state: TaskState) -> Self {
+        if state == TaskState::Failed {
+            Following {
+                of_plan: TaskState::Working,
+                lost: true,
+                told: state,
+            }
+        } else {
+            Following::new(state, false)
+        }
+    }
+
+    /// The state last told.
+    pub fn told(&self) -> TaskState {
+        self.told
+    }
+
+    /// Applies one revision: what the plan says now if it changed, and
+    /// whether the agent is lost now if its session changed. The new state,
+    /// if it differs from the one last told.
+    pub fn revision(
+        &mut self,
+        of_plan: Option<TaskState>,
+        lost: Option<bool>,
+    ) -> Option<TaskState> {
+        if let Some(p) = of_plan {
+            self.of_plan = p;
+        }
+        if let Some(l) = lost {
+            self.lost = l;
+        }
+        let now = with_liveness(self.of_plan, self.lost);
+        (now != self.told).then(|| {
+            self.told = now;
+            now
+        })
+    }
 }
 
 #[cfg(test)]
@@ -99,5 +175,59 @@ mod tests {
             TaskState::Failed
         );
         assert!(TaskState::Completed.is_terminal() && !TaskState::InputRequired.is_terminal());
+    }
+
+    #[test]
+    fn a_followed_task_tells_each_change_of_state_once() {
+        use TaskState::{Completed, Failed, InputRequired, Submitted, Working};
+        let mut f = Following::new(Submitted, false);
+        assert_eq!(f.revision(Some(Working), None), Some(Working));
+        // Another step done, a renewal: the same state, nothing to tell.
+        assert_eq!(f.revision(Some(Working), None), None);
+        assert_eq!(f.revision(None, Some(false)), None);
+        assert_eq!(f.revision(Some(InputRequired), None), Some(InputRequired));
+        assert_eq!(f.revision(Some(Working), Some(false)), Some(Working));
+        // Lost, then back before anything finished: failed, then working.
+        assert_eq!(f.revision(None, Some(true)), Some(Failed));
+        assert_eq!(f.revision(Some(InputRequired), None), None);
+        assert_eq!(f.revision(None, Some(false)), Some(InputRequired));
+        // A finished plan stays completed whatever the agent does.
+        assert_eq!(f.revision(Some(Completed), Some(true)), Some(Completed));
+        assert_eq!(f.told(), Completed);
+
+        // Resumed where a subscriber left off: only what differs is told.
+        let mut r = Following::resumed(InputRequired);
+        assert_eq!(r.revision(None, Some(false)), None);
+        assert_eq!(r.revision(Some(Working), None), Some(Working));
+        let mut lost = Following::resumed(Failed);
+        assert_eq!(lost.told(), Failed);
+        assert_eq!(lost.revision(None, Some(true)), None);
+    }
+
+    proptest::proptest! {
+        /// Whatever revisions come, a followed task tells exactly the
+        /// states that differ from the one before, and ends telling the
+        /// state the rule gives for what it last heard.
+        #[test]
+        fn following_tells_exactly_the_changes(
+            start in 0usize..4,
+            revisions in proptest::collection::vec((proptest::option::of(0usize..4), proptest::option::of(proptest::bool::ANY)), 0..40),
+        ) {
+            use TaskState::{Completed, InputRequired, Submitted, Working};
+            let states = [Submitted, Working, InputRequired, Completed];
+            let mut f = Following::new(states[start], false);
+            let (mut of_plan, mut lost) = (states[start], false);
+            let mut told = f.told();
+            for (p, l) in revisions {
+                let p = p.map(|i| states[i]);
+                if let Some(p) = p { of_plan = p; }
+                if let Some(l) = l { lost = l; }
+                let now = with_liveness(of_plan, lost);
+                let said = f.revision(p, l);
+                proptest::prop_assert_eq!(said, (now != told).then_some(now));
+                told = now;
+                proptest::prop_assert_eq!(f.told(), now);
+            }
+        }
     }
 }
