@@ -90,42 +90,10 @@ impl WatchApi {
             }
             None => self.state.progress_interval,
         };
-        self.state
-            .store
-            .authorize_watch(&who.caller, &target)
-            .await?;
-        watch::check_start(&self.state.store, start).await?;
-        let scope = watch::Scope::on(&who.caller, &target);
-        let inner = watch::scoped(
-            watch::watch(self.state.store.clone(), target, start, interval),
-            scope,
-        );
-        let auth = std::sync::Arc::clone(&self.state.auth);
-        // A stream ends once its principal is deleted or its token rotated.
-        let stream = async_stream::stream! {
-            tokio::pin!(inner);
-            let revoked = auth.revoked(who.token_sha256.as_deref());
-            tokio::pin!(revoked);
-            loop {
-                tokio::select! {
-                    item = inner.next() => match item {
-                        Some(Ok(item)) => yield Ok(response(item)),
-                        Some(Err(e)) => {
-                            yield Err(status(e));
-                            break;
-                        }
-                        None => break,
-                    },
-                    () = &mut revoked => {
-                        yield Err(status(Error::Unauthenticated(
-                            "the token of this watch was revoked".into(),
-                        )));
-                        break;
-                    }
-                }
-            }
-        };
-        Ok(Box::pin(stream))
+        let inner = open(&self.state, &who, target, start, interval).await?;
+        Ok(Box::pin(
+            inner.map(|item| item.map(response).map_err(status)),
+        ))
     }
 
     async fn wait_for(
@@ -202,6 +170,52 @@ impl WatchApi {
             lost: outcome.lost.into_iter().map(convert::lost).collect(),
         })
     }
+}
+
+/// A watch of `target` from `start` as `who` may have it: authorized,
+/// its start checked against the log, scoped to what the caller may read,
+/// and ended by an error once the caller's token is revoked. The one way
+/// a service opens a watch (the watch service, A2A's `SubscribeToTask`).
+pub(crate) async fn open(
+    state: &State,
+    who: &Authenticated,
+    target: Topic,
+    start: Start,
+    interval: Duration,
+) -> Result<impl Stream<Item = Result<Item>> + Send + 'static> {
+    state.store.authorize_watch(&who.caller, &target).await?;
+    watch::check_start(&state.store, start).await?;
+    let scope = watch::Scope::on(&who.caller, &target);
+    let inner = watch::scoped(
+        watch::watch(state.store.clone(), target, start, interval),
+        scope,
+    );
+    let auth = std::sync::Arc::clone(&state.auth);
+    let token = who.token_sha256.clone();
+    // A stream ends once its principal is deleted or its token rotated.
+    Ok(async_stream::stream! {
+        tokio::pin!(inner);
+        let revoked = auth.revoked(token.as_deref());
+        tokio::pin!(revoked);
+        loop {
+            tokio::select! {
+                item = inner.next() => match item {
+                    Some(Ok(item)) => yield Ok(item),
+                    Some(Err(e)) => {
+                        yield Err(e);
+                        break;
+                    }
+                    None => break,
+                },
+                () = &mut revoked => {
+                    yield Err(Error::Unauthenticated(
+                        "the token of this watch was revoked".into(),
+                    ));
+                    break;
+                }
+            }
+        }
+    })
 }
 
 fn response(item: Item) -> pb::WatchResponse {
