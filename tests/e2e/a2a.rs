@@ -296,3 +296,320 @@ async fn sessions_are_tasks_with_the_card_the_states_and_the_errors_a2a_names() 
     assert_eq!(e.code(), tonic::Code::Unauthenticated);
     p.stop().await;
 }
+
+/// The next event of a task stream (at most 10 s), or `None` once it ended.
+async fn next_event(
+    stream: &mut tonic::Streaming<a2a::StreamResponse>,
+) -> Option<a2a::StreamResponse> {
+    tokio::time::timeout(std::time::Duration::from_secs(10), stream.message())
+        .await
+        .expect("no event within 10 s")
+        .unwrap()
+}
+
+/// What an event tells: a state, a plan's text, or the task itself; and
+/// its resume token.
+fn told(e: &a2a::StreamResponse) -> (String, String) {
+    use a2a::stream_response::Payload;
+    let token =
+        |m: &Option<prost_types::Struct>| match &m.as_ref().unwrap().fields["cairn_resume"].kind {
+            Some(prost_types::value::Kind::StringValue(s)) => s.clone(),
+            other => panic!("no cairn_resume in {other:?}"),
+        };
+    let state = |s: &Option<a2a::TaskStatus>| {
+        a2a::TaskState::try_from(s.as_ref().unwrap().state)
+            .unwrap()
+            .as_str_name()
+            .to_owned()
+    };
+    match e.payload.as_ref().unwrap() {
+        Payload::Task(t) => (format!("task {}", state(&t.status)), token(&t.metadata)),
+        Payload::StatusUpdate(s) => (state(&s.status), token(&s.metadata)),
+        Payload::ArtifactUpdate(a) => {
+            let text = a
+                .artifact
+                .as_ref()
+                .unwrap()
+                .parts
+                .iter()
+                .find_map(|p| match &p.content {
+                    Some(a2a::part::Content::Text(t)) => Some(t.clone()),
+                    _ => None,
+                });
+            (
+                format!("plan {}", text.unwrap().trim_end()),
+                token(&a.metadata),
+            )
+        }
+        Payload::Message(m) => panic!("a message on a task stream: {m:?}"),
+    }
+}
+
+fn approve_text(task: &str, text: &str) -> a2a::SendMessageRequest {
+    a2a::SendMessageRequest {
+        message: Some(a2a::Message {
+            message_id: format!("m-{text}"),
+            task_id: task.into(),
+            role: a2a::Role::User.into(),
+            parts: vec![a2a::Part {
+                content: Some(a2a::part::Content::Text(text.into())),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+async fn a_subscriber_follows_a_task_answers_it_and_resumes_after_a_kill() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = with_admin(dir.path(), &[]);
+    let channel = p.channel().await;
+    let admin = Bearer::new(Some(ADMIN_TOKEN));
+    let auth = pb::auth_service_client::AuthServiceClient::with_interceptor(
+        channel.clone(),
+        admin.clone(),
+    );
+    let principal = |id: &str, roles: Vec<pb::Role>| {
+        let req = pb::CreatePrincipalRequest {
+            principal: Some(pb::Principal {
+                principal_id: id.into(),
+                roles: roles.into_iter().map(Into::into).collect(),
+                agent_ids: vec!["agent-job".into()],
+                ..Default::default()
+            }),
+        };
+        let mut auth = auth.clone();
+        async move { auth.create_principal(req).await.unwrap().into_inner().token }
+    };
+    // The agent may also approve, but never what it submitted itself.
+    let coder = principal("coder", vec![pb::Role::Agent, pb::Role::Approver]).await;
+    let boss = principal("boss", vec![pb::Role::Approver]).await;
+    drop(auth);
+    pb::session_service_client::SessionServiceClient::with_interceptor(
+        channel.clone(),
+        admin.clone(),
+    )
+    .create_session(session("job", ""))
+    .await
+    .unwrap();
+    let plans_of = |channel: tonic::transport::Channel, token: &str| {
+        pb::plan_service_client::PlanServiceClient::with_interceptor(
+            channel,
+            Bearer::new(Some(token)),
+        )
+    };
+    let tasks_of = |channel: tonic::transport::Channel, token: &str| {
+        a2a::a2a_service_client::A2aServiceClient::with_interceptor(
+            channel,
+            Bearer::new(Some(token)),
+        )
+    };
+    let mut plans = plans_of(channel.clone(), &coder);
+    let mut watcher = tasks_of(channel.clone(), ADMIN_TOKEN);
+    let subscribe = |id: &str| a2a::SubscribeToTaskRequest {
+        id: id.into(),
+        ..Default::default()
+    };
+    let mut stream = watcher
+        .subscribe_to_task(subscribe("job"))
+        .await
+        .unwrap()
+        .into_inner();
+    let mut seen = Vec::new();
+    let mut token = String::new();
+    let mut tokens = Vec::new();
+    let mut take = |e: a2a::StreamResponse, seen: &mut Vec<String>, token: &mut String| {
+        let (what, t) = told(&e);
+        seen.push(what);
+        tokens.push(t.clone());
+        *token = t;
+    };
+    take(
+        next_event(&mut stream).await.unwrap(),
+        &mut seen,
+        &mut token,
+    );
+
+    // The agent works: its plan, then its state.
+    plans
+        .update_plan(update(
+            "job",
+            vec![
+                item("Fix it", InProgress),
+                item("Test it", Pending),
+                item("Ship it", Pending),
+                item("Tell them", Pending),
+            ],
+        ))
+        .await
+        .unwrap();
+    for _ in 0..2 {
+        take(
+            next_event(&mut stream).await.unwrap(),
+            &mut seen,
+            &mut token,
+        );
+    }
+    // It asks to go on with a plan: input-required.
+    plans
+        .enter_plan_mode(pb::EnterPlanModeRequest {
+            session_id: "job".into(),
+            goal: "ship".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    plans
+        .exit_plan_mode(pb::ExitPlanModeRequest {
+            session_id: "job".into(),
+            plan: Some(two_steps("a plan")),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    loop {
+        take(
+            next_event(&mut stream).await.unwrap(),
+            &mut seen,
+            &mut token,
+        );
+        if seen.last().unwrap() == "TASK_STATE_INPUT_REQUIRED" {
+            break;
+        }
+    }
+
+    // Answered through A2A: not by whoever submitted it, and only with an
+    // answer; then by another approver.
+    let e = tasks_of(channel.clone(), &coder)
+        .send_message(approve_text("job", "approve"))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::PermissionDenied, "{e:?}");
+    let mut boss_tasks = tasks_of(channel.clone(), &boss);
+    let e = boss_tasks
+        .send_message(approve_text("job", "looks fine to me"))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
+    let answered = boss_tasks
+        .send_message(approve_text("job", "Approve"))
+        .await
+        .unwrap()
+        .into_inner();
+    let Some(a2a::send_message_response::Payload::Task(t)) = answered.payload else {
+        panic!("no task in {answered:?}");
+    };
+    assert_eq!(t.status.unwrap().state, a2a::TaskState::Working as i32);
+    let approved = plans
+        .get_plan_status(pb::GetPlanStatusRequest {
+            session_id: "job".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(approved.status.unwrap().active.unwrap().approver, "boss");
+    loop {
+        take(
+            next_event(&mut stream).await.unwrap(),
+            &mut seen,
+            &mut token,
+        );
+        if seen.last().unwrap() == "TASK_STATE_WORKING" {
+            break;
+        }
+    }
+    // Nothing awaits now: the rule's own refusal.
+    let e = boss_tasks
+        .send_message(approve_text("job", "approve"))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::FailedPrecondition, "{e:?}");
+
+    // A step the subscriber never reads, then the server is killed.
+    let step = |step_id| pb::CompleteStepRequest {
+        session_id: "job".into(),
+        step_id,
+        verification_result: "checked".into(),
+        ..Default::default()
+    };
+    plans.complete_step(step(1)).await.unwrap();
+    drop(plans);
+    p.kill();
+    // Whatever was in flight is dropped unread; the stream then breaks.
+    while let Ok(Some(_)) = stream.message().await {}
+
+    // Restarted, the agent finishes before the subscriber is back.
+    let p = with_admin(dir.path(), &[]);
+    let channel = p.channel().await;
+    plans_of(channel.clone(), &coder)
+        .complete_step(step(2))
+        .await
+        .unwrap();
+    let mut watcher = tasks_of(channel.clone(), ADMIN_TOKEN);
+    // Without the extension a finished task is not subscribed to.
+    let e = watcher
+        .subscribe_to_task(subscribe("job"))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        e.get_details_error_info().unwrap().reason,
+        "UNSUPPORTED_OPERATION"
+    );
+    let mut req = tonic::Request::new(subscribe("job"));
+    req.metadata_mut()
+        .insert("cairn-resume", token.parse().unwrap());
+    let mut stream = watcher.subscribe_to_task(req).await.unwrap().into_inner();
+    while let Some(e) = next_event(&mut stream).await {
+        take(e, &mut seen, &mut token);
+    }
+    assert_eq!(
+        seen,
+        [
+            "task TASK_STATE_SUBMITTED",
+            "plan [>] Fix it\n[ ] Test it\n[ ] Ship it\n[ ] Tell them",
+            "TASK_STATE_WORKING",
+            "TASK_STATE_INPUT_REQUIRED",
+            // Approved: the plan's steps are the checklist now.
+            "plan [>] one\n[ ] two",
+            "TASK_STATE_WORKING",
+            // Resumed after the kill: where it stood, then what it missed.
+            "task TASK_STATE_WORKING",
+            "plan [x] one\n[>] two",
+            "plan [x] one\n[x] two",
+            "TASK_STATE_COMPLETED",
+        ]
+    );
+
+    // Cut off between the last plan and the state of the same revision:
+    // given the revision again, the state still told once.
+    let between = &tokens[tokens.len() - 2];
+    let mut req = tonic::Request::new(subscribe("job"));
+    req.metadata_mut()
+        .insert("cairn-resume", between.parse().unwrap());
+    let mut again = Vec::new();
+    let mut stream = watcher.subscribe_to_task(req).await.unwrap().into_inner();
+    while let Some(e) = next_event(&mut stream).await {
+        again.push(told(&e).0);
+    }
+    assert_eq!(
+        again,
+        [
+            "task TASK_STATE_WORKING",
+            "plan [x] one\n[x] two",
+            "TASK_STATE_COMPLETED"
+        ]
+    );
+
+    // A token that is not one is named, as the header it came in.
+    let mut req = tonic::Request::new(subscribe("job"));
+    req.metadata_mut()
+        .insert("cairn-resume", "12.lost".parse().unwrap());
+    let e = watcher.subscribe_to_task(req).await.unwrap_err();
+    assert_eq!(
+        e.get_details_bad_request().unwrap().field_violations[0].field,
+        "cairn-resume"
+    );
+    p.stop().await;
+}

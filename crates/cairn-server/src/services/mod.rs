@@ -78,14 +78,15 @@ pub struct State {
 /// Implements a service trait in the one handler style: each RPC opens its
 /// span (the attributes given), takes who is calling, awaits its function
 /// `self.$inner(&who, request)` and maps the error once. Streaming RPCs
-/// name their stream types first.
+/// name their stream types first; one that reads request headers says
+/// `with metadata`, and its function takes them before the request.
 macro_rules! rpcs {
     (
         impl $service:ident for $api:ty {
             $(type $stream:ident = $stream_ty:ty;)*
             $(
                 $(#[$attr:meta])*
-                fn $name:ident($request:ident: $req:ty) -> $resp:ty => $inner:ident;
+                fn $name:ident($request:ident: $req:ty) -> $resp:ty => $inner:ident $(with $metadata:ident)?;
             )*
         }
     ) => {
@@ -99,7 +100,7 @@ macro_rules! rpcs {
                     $request: tonic::Request<$req>,
                 ) -> Result<tonic::Response<$resp>, tonic::Status> {
                     let who = $crate::services::authenticated(&$request)?;
-                    self.$inner(&who, $request.into_inner())
+                    self.$inner(&who, $({ let $metadata = $request.metadata().clone(); $metadata },)? $request.into_inner())
                         .await
                         .map(tonic::Response::new)
                         .map_err($crate::status::status)

@@ -5,27 +5,36 @@
 //! is the pure rule [`cairn_core::task::task_state`]; the plan is the task's
 //! one artifact. Reads go through the store's access rules like every other
 //! read, and what a caller may not see is a task that is not found, as A2A
-//! asks. What this server does not offer yet answers A2A's
+//! asks. `SubscribeToTask` follows the session's watch ([`follow`]);
+//! `SendMessage` answers what the task awaits ([`answer`]), applied as the
+//! plan command it is. What this server does not offer yet answers A2A's
 //! `UNSUPPORTED_OPERATION`.
 
-use std::collections::BTreeMap;
+mod answer;
+mod follow;
+mod shape;
+
 use std::pin::Pin;
 
-use prost_types::value::Kind;
-use prost_types::{ListValue, Struct, Value};
+use prost::Message as _;
+use tokio_stream::StreamExt as _;
+use tonic::metadata::MetadataMap;
 use tracing::instrument;
 
 use super::{State, rpcs};
 use crate::auth::Authenticated;
-use crate::convert;
+use crate::status::status;
+use crate::watch::Start;
+use cairn_api::a2a;
 use cairn_api::a2a::a2a_service_server::A2aService;
-use cairn_api::{a2a, shapes};
+use cairn_core::command::{Command, PlanWrite};
 use cairn_core::error::{Denial, Error, Excerpt, Result};
-use cairn_core::plan::StepStatus;
-use cairn_core::session::Session;
-use cairn_core::task::{TaskState, task_state};
+use cairn_store::hub::Topic;
 use cairn_store::reads::SessionQuery;
-use cairn_store::records::PlanRecord;
+
+pub use follow::{RESUME_EXTENSION, RESUME_HEADER, RESUME_KEY};
+pub use shape::agent_card_json;
+use shape::task_of;
 
 /// Default and maximum `page_size` of `ListTasks` (A2A's own bounds).
 const DEFAULT_PAGE: i32 = 50;
@@ -148,197 +157,92 @@ impl A2aApi {
             page_size,
         })
     }
-}
 
-/// The agent card of a server whose gRPC listener is `grpc_url`, as A2A's
-/// JSON (the proto's JSON mapping): served at
-/// `/.well-known/agent-card.json`. With authentication on, every call
-/// needs a bearer token, as on every other Cairn API.
-pub fn agent_card_json(grpc_url: &str, auth: bool) -> Result<String> {
-    let bearer = "bearer".to_owned();
-    let card = a2a::AgentCard {
-        name: "Cairn".into(),
-        description: "Plans and todo lists of agent sessions, durable and watched: each session is a task, its tree the task's context, its plan the task's artifact.".into(),
-        supported_interfaces: vec![a2a::AgentInterface {
-            url: grpc_url.to_owned(),
-            protocol_binding: "GRPC".into(),
-            tenant: String::new(),
-            protocol_version: A2A_VERSION.into(),
-        }],
-        version: env!("CARGO_PKG_VERSION").into(),
-        capabilities: Some(a2a::AgentCapabilities {
-            streaming: Some(false),
-            push_notifications: Some(false),
-            extensions: Vec::new(),
-            extended_agent_card: Some(false),
-        }),
-        security_schemes: if auth {
-            [(
-                bearer.clone(),
-                a2a::SecurityScheme {
-                    scheme: Some(a2a::security_scheme::Scheme::HttpAuthSecurityScheme(
-                        a2a::HttpAuthSecurityScheme {
-                            description: "A Cairn principal's token (cairn admin create-principal)".into(),
-                            scheme: "Bearer".into(),
-                            bearer_format: String::new(),
-                        },
-                    )),
-                },
-            )]
-            .into()
-        } else {
-            std::collections::HashMap::new()
-        },
-        security_requirements: if auth {
-            vec![a2a::SecurityRequirement {
-                schemes: [(bearer, a2a::StringList::default())].into(),
-            }]
-        } else {
-            Vec::new()
-        },
-        default_input_modes: vec!["text/plain".into(), "application/json".into()],
-        default_output_modes: vec!["text/plain".into(), "application/json".into()],
-        skills: vec![a2a::AgentSkill {
-            id: "plans".into(),
-            name: "Plans of agent sessions".into(),
-            description: "Follow sub-agents' sessions as tasks: their state from the plan and the agent's liveness, the plan as an artifact.".into(),
-            tags: vec!["plans".into(), "approvals".into(), "sub-agents".into()],
-            ..a2a::AgentSkill::default()
-        }],
-        ..a2a::AgentCard::default()
-    };
-    let internal = |e: &dyn std::fmt::Display| Error::Internal(format!("agent card: {e}"));
-    let desc = crate::connect::pool()
-        .and_then(|p| p.get_message_by_name("lf.a2a.v1.AgentCard"))
-        .ok_or_else(|| internal(&"lf.a2a.v1.AgentCard is not in the descriptors"))?;
-    let msg = prost_reflect::DynamicMessage::decode(
-        desc,
-        prost::Message::encode_to_vec(&card).as_slice(),
-    )
-    .map_err(|e| internal(&e))?;
-    serde_json::to_string_pretty(&msg).map_err(|e| internal(&e))
-}
-
-/// The A2A state of Cairn's task state.
-fn state_out(s: TaskState) -> a2a::TaskState {
-    match s {
-        TaskState::Submitted => a2a::TaskState::Submitted,
-        TaskState::Working => a2a::TaskState::Working,
-        TaskState::InputRequired => a2a::TaskState::InputRequired,
-        TaskState::Completed => a2a::TaskState::Completed,
-        TaskState::Failed => a2a::TaskState::Failed,
-    }
-}
-
-fn string(s: &str) -> Value {
-    Value {
-        kind: Some(Kind::StringValue(s.to_owned())),
-    }
-}
-
-fn number(n: impl Into<f64>) -> Value {
-    Value {
-        kind: Some(Kind::NumberValue(n.into())),
-    }
-}
-
-fn object(fields: impl IntoIterator<Item = (&'static str, Value)>) -> Struct {
-    Struct {
-        fields: fields
-            .into_iter()
-            .map(|(k, v)| (k.to_owned(), v))
-            .collect::<BTreeMap<_, _>>(),
-    }
-}
-
-/// The plan as an artifact: its steps as data, and as text.
-fn plan_artifact(record: &PlanRecord) -> a2a::Artifact {
-    let checklist = &record.plan.checklist;
-    let steps = checklist
-        .items
-        .iter()
-        .map(|i| Value {
-            kind: Some(Kind::StructValue(object([
-                ("id", number(i.id)),
-                ("step", string(&i.step)),
-                (
-                    "status",
-                    string(shapes::step_status_name(convert::step_status_out(i.status))),
-                ),
-            ]))),
-        })
-        .collect();
-    let data = object([
-        (
-            "steps",
-            Value {
-                kind: Some(Kind::ListValue(ListValue { values: steps })),
-            },
-        ),
-        ("explanation", string(&checklist.explanation)),
-    ]);
-    let mut text = String::new();
-    for i in &checklist.items {
-        let mark = match i.status {
-            StepStatus::Pending => "[ ]",
-            StepStatus::InProgress => "[>]",
-            StepStatus::Completed => "[x]",
-            StepStatus::Cancelled => "[-]",
+    /// Answers what the task awaits: an approval or a rejection by the
+    /// caller's principal, under the rules of `ApprovePlan` and
+    /// `RejectPlan`. The task as it then is.
+    async fn send_message(
+        &self,
+        who: &Authenticated,
+        req: a2a::SendMessageRequest,
+    ) -> Result<a2a::SendMessageResponse> {
+        let bytes = req.encoded_len();
+        let message = req
+            .message
+            .ok_or_else(|| Error::invalid("message", "is required"))?;
+        if message.task_id.is_empty() {
+            return Err(Error::UnsupportedOperation(
+                "SendMessage without a task_id: tasks are Cairn sessions, created over cairn.v1"
+                    .into(),
+            ));
+        }
+        let id = message.task_id.clone();
+        self.state
+            .policy
+            .limits
+            .check_resource_id("message.task_id", &id)?;
+        let answer = answer::answer(&message)?;
+        let (hot, _) = self
+            .state
+            .store
+            .read_plan(&who.caller, id.clone())
+            .await
+            .map_err(as_task(&id))?;
+        let write = PlanWrite {
+            session_id: id.clone(),
+            expected_revision: None,
+            command: answer::command(answer, &hot.record.plan.mode)?,
         };
-        text.push_str(mark);
-        text.push(' ');
-        text.push_str(&i.step);
-        text.push('\n');
+        self.state
+            .store
+            .apply(&who.caller, Command::Plan(write), bytes)
+            .await
+            .map_err(as_task(&id))?;
+        Ok(a2a::SendMessageResponse {
+            payload: Some(a2a::send_message_response::Payload::Task(
+                self.task(who, &id, true).await?,
+            )),
+        })
     }
-    let part = |content| a2a::Part {
-        content: Some(content),
-        ..a2a::Part::default()
-    };
-    a2a::Artifact {
-        artifact_id: PLAN_ARTIFACT.into(),
-        name: "plan".into(),
-        parts: vec![
-            part(a2a::part::Content::Data(Value {
-                kind: Some(Kind::StructValue(data)),
-            })),
-            part(a2a::part::Content::Text(text)),
-        ],
-        ..a2a::Artifact::default()
-    }
-}
 
-/// A session (in the tree under `root`) and its plan as a task.
-fn task_of(
-    session: &Session,
-    root: Option<&String>,
-    record: &PlanRecord,
-    artifacts: bool,
-) -> a2a::Task {
-    let liveness = session.lease.as_ref().map(|l| l.state);
-    let state = task_state(&record.plan, liveness);
-    let changed = record
-        .update_time
-        .max(session.lease.as_ref().map_or(0, |l| l.since))
-        .max(session.create_time);
-    a2a::Task {
-        id: session.session_id.clone(),
-        context_id: root.unwrap_or(&session.session_id).clone(),
-        status: Some(a2a::TaskStatus {
-            state: state_out(state) as i32,
-            message: None,
-            timestamp: convert::timestamp(changed),
-        }),
-        artifacts: if artifacts && !record.plan.checklist.items.is_empty() {
-            vec![plan_artifact(record)]
-        } else {
-            Vec::new()
-        },
-        history: Vec::new(),
-        metadata: Some(object([(
-            "cairn_revision",
-            // A string: a JSON number would lose revisions past 2^53.
-            string(&record.revision.to_string()),
-        )])),
+    /// The task's stream: the task, then its changes, until it ends. With
+    /// the resumption extension's header, everything after that point
+    /// instead, from the log.
+    async fn subscribe_to_task(
+        &self,
+        who: &Authenticated,
+        metadata: MetadataMap,
+        req: a2a::SubscribeToTaskRequest,
+    ) -> Result<Stream> {
+        let resume = match metadata.get(RESUME_HEADER) {
+            Some(v) => Some(follow::Resume::parse(v.to_str().unwrap_or_default())?),
+            None => None,
+        };
+        let task = self.task(who, &req.id, false).await?;
+        let state = task.status.as_ref().map_or(0, |s| s.state);
+        let terminal = [a2a::TaskState::Completed, a2a::TaskState::Failed]
+            .iter()
+            .any(|t| *t as i32 == state);
+        if terminal && resume.is_none() {
+            return Err(Error::UnsupportedOperation(format!(
+                "SubscribeToTask on task {} in a terminal state: it will not change",
+                req.id
+            )));
+        }
+        let start = resume.map_or(Start::Snapshot, |r| {
+            Start::From(r.revision.saturating_add(1))
+        });
+        let events = super::watch::open(
+            &self.state,
+            who,
+            Topic::Session(req.id.clone()),
+            start,
+            self.state.progress_interval,
+        )
+        .await
+        .map_err(as_task(&req.id))?;
+        let stream = follow::follow(events, req.id, task.context_id, resume);
+        Ok(Box::pin(stream.map(|r| r.map_err(status))))
     }
 }
 
@@ -356,10 +260,8 @@ macro_rules! unsupported {
 }
 
 unsupported! {
-    send_message(a2a::SendMessageRequest) -> a2a::SendMessageResponse = "SendMessage";
     send_streaming_message(a2a::SendMessageRequest) -> Stream = "SendStreamingMessage";
     cancel_task(a2a::CancelTaskRequest) -> a2a::Task = "CancelTask";
-    subscribe_to_task(a2a::SubscribeToTaskRequest) -> Stream = "SubscribeToTask";
     create_push(a2a::TaskPushNotificationConfig) -> a2a::TaskPushNotificationConfig = "push notifications";
     get_push(a2a::GetTaskPushNotificationConfigRequest) -> a2a::TaskPushNotificationConfig = "push notifications";
     list_push(a2a::ListTaskPushNotificationConfigsRequest) -> a2a::ListTaskPushNotificationConfigsResponse = "push notifications";
@@ -382,7 +284,7 @@ rpcs! {
         #[instrument(skip_all, fields(task_id = %Excerpt(&r.get_ref().id)))]
         fn cancel_task(r: a2a::CancelTaskRequest) -> a2a::Task => cancel_task;
         #[instrument(skip_all, fields(task_id = %Excerpt(&r.get_ref().id)))]
-        fn subscribe_to_task(r: a2a::SubscribeToTaskRequest) -> Stream => subscribe_to_task;
+        fn subscribe_to_task(r: a2a::SubscribeToTaskRequest) -> Stream => subscribe_to_task with metadata;
         #[instrument(skip_all)]
         fn create_task_push_notification_config(r: a2a::TaskPushNotificationConfig) -> a2a::TaskPushNotificationConfig => create_push;
         #[instrument(skip_all)]
