@@ -1,10 +1,12 @@
 """Cairn as an A2A server, through the official Python SDK (`a2a-sdk`
 1.3.0, installed by .ci/run): the SDK resolves the agent card from the web
-listener, picks the gRPC interface it names, and reads a sub-agent's
-session as a task while the sub-agent works through its plan over Cairn's
-own gRPC API."""
+listener, picks the gRPC interface it names, reads and subscribes to a
+sub-agent's session as a task while the sub-agent works through its plan
+over Cairn's own gRPC API, answers its approval as another principal, and
+resumes its stream with Cairn's extension."""
 
 import asyncio
+import contextlib
 import pathlib
 import subprocess
 import tempfile
@@ -27,15 +29,43 @@ ADMIN = "a2a-admin-token-0123456789abcdef"
 META = (("authorization", f"Bearer {ADMIN}"),)
 
 
-class Bearer(grpc.aio.UnaryUnaryClientInterceptor):
-    """Presents the admin's token on every A2A call."""
+class _Token:
+    def __init__(self, token=ADMIN):
+        self.meta = (("authorization", f"Bearer {token}"),)
+
+    def _with_token(self, details):
+        return details._replace(metadata=list(details.metadata or []) + list(self.meta))
+
+
+class Bearer(_Token, grpc.aio.UnaryUnaryClientInterceptor):
+    """Presents a principal's token on every unary A2A call (grpc.aio
+    files an interceptor under one kind of call only)."""
 
     async def intercept_unary_unary(self, continuation, details, request):
-        details = details._replace(metadata=list(details.metadata or []) + list(META))
-        return await continuation(details, request)
+        return await continuation(self._with_token(details), request)
 
 
-def test_the_sdk_resolves_the_card_and_follows_a_sub_agent_s_task():
+class StreamBearer(_Token, grpc.aio.UnaryStreamClientInterceptor):
+    """The same, on streams."""
+
+    async def intercept_unary_stream(self, continuation, details, request):
+        return await continuation(self._with_token(details), request)
+
+
+def _client(card, token=ADMIN, streaming=False):
+    config = a2a_client.ClientConfig(
+        streaming=streaming,
+        supported_protocol_bindings=["GRPC"],
+        grpc_channel_factory=lambda url: grpc.aio.insecure_channel(
+            url.removeprefix("http://"), interceptors=[Bearer(token), StreamBearer(token)]),
+    )
+    return a2a_client.ClientFactory(config).create(card)
+
+
+@contextlib.contextmanager
+def _serve():
+    """A server with token auth and a web listener: its gRPC channel (as
+    the admin dials it) and both ports."""
     port, web = _free_port(), _free_port()
     data = tempfile.mkdtemp(prefix="cairn-a2a-")
     token_file = pathlib.Path(data) / "admin-token"
@@ -50,6 +80,19 @@ def test_the_sdk_resolves_the_card_and_follows_a_sub_agent_s_task():
     try:
         ch = grpc.insecure_channel(f"127.0.0.1:{port}")
         grpc.channel_ready_future(ch).result(timeout=30)
+        yield ch, port, web
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+async def _card(web):
+    async with httpx.AsyncClient() as http:
+        return await a2a_client.A2ACardResolver(http, f"http://127.0.0.1:{web}").get_agent_card()
+
+
+def test_the_sdk_resolves_the_card_and_follows_a_sub_agent_s_task():
+    with _serve() as (ch, port, web):
         sessions = session_pb2_grpc.SessionServiceStub(ch)
         plans = plan_pb2_grpc.PlanServiceStub(ch)
         sessions.CreateSession(session.CreateSessionRequest(session=session.Session(
@@ -62,19 +105,12 @@ def test_the_sdk_resolves_the_card_and_follows_a_sub_agent_s_task():
                 plan.PlanItem(step=s, status=st) for s, st in items]), metadata=META)
 
         async def follow():
-            async with httpx.AsyncClient() as http:
-                card = await a2a_client.A2ACardResolver(http, f"http://127.0.0.1:{web}").get_agent_card()
+            card = await _card(web)
             assert card.name == "Cairn"
             assert card.supported_interfaces[0].protocol_binding == "GRPC"
             assert card.supported_interfaces[0].url == f"http://127.0.0.1:{port}"
             assert "bearer" in card.security_schemes
-            config = a2a_client.ClientConfig(
-                streaming=False,
-                supported_protocol_bindings=["GRPC"],
-                grpc_channel_factory=lambda url: grpc.aio.insecure_channel(
-                    url.removeprefix("http://"), interceptors=[Bearer()]),
-            )
-            client = a2a_client.ClientFactory(config).create(card)
+            client = _client(card)
             states = []
             for items in (
                 [("Read", plan.STEP_STATUS_IN_PROGRESS), ("Fix", plan.STEP_STATUS_PENDING),
@@ -97,6 +133,100 @@ def test_the_sdk_resolves_the_card_and_follows_a_sub_agent_s_task():
             await client.close()
 
         asyncio.run(follow())
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
+
+
+def _told(event):
+    """What a stream event tells, and its resume token."""
+    kind = event.WhichOneof("payload")
+    if kind == "task":
+        what, meta = ("task", a2a.TaskState.Name(event.task.status.state)), event.task.metadata
+    elif kind == "status_update":
+        what, meta = a2a.TaskState.Name(event.status_update.status.state), event.status_update.metadata
+    else:
+        parts = event.artifact_update.artifact.parts
+        what, meta = ("plan", [p.text for p in parts if p.HasField("text")][0]), event.artifact_update.metadata
+    return what, meta["cairn_resume"]
+
+
+def test_the_sdk_subscribes_answers_the_approval_and_resumes():
+    from cairn.v1 import auth_pb2 as auth
+    from cairn.v1 import auth_pb2_grpc
+
+    with _serve() as (ch, port, web):
+        admins = auth_pb2_grpc.AuthServiceStub(ch)
+
+        def principal(pid, role):
+            return admins.CreatePrincipal(auth.CreatePrincipalRequest(principal=auth.Principal(
+                principal_id=pid, roles=[role], agent_ids=["coder"])), metadata=META).token
+
+        coder = (("authorization", f"Bearer {principal('coder', auth.ROLE_AGENT)}"),)
+        boss = principal("boss", auth.ROLE_APPROVER)
+        session_pb2_grpc.SessionServiceStub(ch).CreateSession(session.CreateSessionRequest(
+            session=session.Session(session_id="sub", agent_id="coder")), metadata=META)
+        plans = plan_pb2_grpc.PlanServiceStub(ch)
+
+        async def follow():
+            card = await _card(web)
+            assert card.capabilities.streaming
+            resume = [e.uri for e in card.capabilities.extensions]
+            assert resume == ["urn:cairn:a2a:resume:v1"]
+            watcher = _client(card, streaming=True)
+            seen, tokens = [], []
+            stream = watcher.subscribe(a2a.SubscribeToTaskRequest(id="sub")).__aiter__()
+
+            async def until(state):
+                while True:
+                    what, token = _told(await asyncio.wait_for(anext(stream), 10))
+                    seen.append(what)
+                    tokens.append(token)
+                    if what == state:
+                        return
+
+            await until(("task", "TASK_STATE_SUBMITTED"))
+            # The sub-agent works over cairn.v1 while the SDK follows it.
+            await asyncio.to_thread(plans.UpdatePlan, plan.UpdatePlanRequest(session_id="sub", plan=[
+                plan.PlanItem(step=s, status=plan.STEP_STATUS_PENDING) for s in ("Read", "Fix", "Test", "Ship")
+            ]), metadata=coder)
+            await until("TASK_STATE_WORKING")
+            await asyncio.to_thread(plans.EnterPlanMode, plan.EnterPlanModeRequest(session_id="sub", goal="ship"), metadata=coder)
+            await asyncio.to_thread(plans.ExitPlanMode, plan.ExitPlanModeRequest(session_id="sub", plan=plan.ImplementationPlan(
+                summary="ship it", steps=[plan.ImplementationStep(id=1, description="build"),
+                                          plan.ImplementationStep(id=2, description="deploy", depends_on=[1])])), metadata=coder)
+            await until("TASK_STATE_INPUT_REQUIRED")
+
+            # Answered through A2A by another principal, an approver.
+            approver = _client(card, token=boss)
+            answer = a2a.SendMessageRequest(message=a2a.Message(
+                message_id="answer-1", task_id="sub", role=a2a.ROLE_USER, parts=[a2a.Part(text="approve")]))
+            replies = [r async for r in approver.send_message(answer)]
+            assert [a2a.TaskState.Name(r.task.status.state) for r in replies] == ["TASK_STATE_WORKING"]
+            status = await asyncio.to_thread(plans.GetPlanStatus, plan.GetPlanStatusRequest(session_id="sub"), metadata=coder)
+            assert status.status.active.approver == "boss"
+            await until("TASK_STATE_WORKING")
+
+            # The subscriber goes away; the agent finishes meanwhile.
+            await stream.aclose()
+            for step in (1, 2):
+                await asyncio.to_thread(plans.CompleteStep, plan.CompleteStepRequest(
+                    session_id="sub", step_id=step, verification_result="ok"), metadata=coder)
+            # Back with the last token it got: everything after, then the end.
+            context = a2a_client.ClientCallContext(service_parameters={
+                "cairn-resume": tokens[-1], "A2A-Extensions": resume[0]})
+            async for event in watcher.subscribe(a2a.SubscribeToTaskRequest(id="sub"), context=context):
+                seen.append(_told(event)[0])
+            assert seen == [
+                ("task", "TASK_STATE_SUBMITTED"),
+                ("plan", "[ ] Read\n[ ] Fix\n[ ] Test\n[ ] Ship\n"),
+                "TASK_STATE_WORKING",
+                "TASK_STATE_INPUT_REQUIRED",
+                ("plan", "[>] build\n[ ] deploy\n"),
+                "TASK_STATE_WORKING",
+                ("task", "TASK_STATE_WORKING"),
+                ("plan", "[x] build\n[>] deploy\n"),
+                ("plan", "[x] build\n[x] deploy\n"),
+                "TASK_STATE_COMPLETED",
+            ], seen
+            await watcher.close()
+            await approver.close()
+
+        asyncio.run(follow())
