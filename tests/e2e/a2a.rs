@@ -613,3 +613,155 @@ async fn a_subscriber_follows_a_task_answers_it_and_resumes_after_a_kill() {
     );
     p.stop().await;
 }
+
+/// One JSON-RPC call to `/a2a`: the HTTP status and the body.
+async fn rpc(web: &str, token: Option<&str>, content_type: &str, body: &str) -> (u16, String) {
+    let auth = token.map_or(String::new(), |t| format!("\r\nauthorization: Bearer {t}"));
+    let (status, _, body) = http(
+        web,
+        &format!("POST /a2a HTTP/1.1\r\nHost: {web}\r\ncontent-type: {content_type}{auth}"),
+        body,
+    )
+    .await;
+    (status, body)
+}
+
+fn error_code(body: &str) -> i64 {
+    let v: serde_json::Value = serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {body}"));
+    v["error"]["code"]
+        .as_i64()
+        .unwrap_or_else(|| panic!("no error in {body}"))
+}
+
+#[tokio::test]
+async fn the_json_rpc_binding_answers_with_the_codes_json_rpc_and_a2a_name_and_resumes_an_sse_stream()
+ {
+    let dir = tempfile::tempdir().unwrap();
+    let p = with_admin(dir.path(), &["--web-listen", "127.0.0.1:0"]);
+    let web = p.web.clone().unwrap();
+    let admin = Some(ADMIN_TOKEN);
+    let json = "application/json";
+    let call = |method: &str, params: &str| {
+        format!(r#"{{"jsonrpc":"2.0","id":"c-1","method":"{method}","params":{params}}}"#)
+    };
+
+    // Not JSON, not signed, not JSON-RPC: each refused as its protocol says.
+    let get_nope = call("GetTask", r#"{"id":"nope"}"#);
+    assert_eq!(rpc(&web, admin, "text/plain", &get_nope).await.0, 415);
+    let (status, body) = rpc(&web, None, json, &get_nope).await;
+    assert_eq!(status, 401, "{body}");
+    assert!(body.contains("UNAUTHENTICATED"), "{body}");
+    for (body, code) in [
+        ("{not json", -32700),
+        ("[1, 2]", -32600),
+        (r#"{"id":1,"method":"GetTask"}"#, -32600),
+        (
+            r#"{"jsonrpc":"2.0","id":{"x":1},"method":"GetTask"}"#,
+            -32600,
+        ),
+        (&*call("Nope", "{}"), -32601),
+        (&*call("ListTasks", r#"{"pageSize":"many"}"#), -32602),
+        (&*call("ListTasks", r#"{"pageSize":101}"#), -32602),
+        (&*call("CancelTask", r#"{"id":"x"}"#), -32004),
+        (&*get_nope, -32001),
+    ] {
+        let (status, answer) = rpc(&web, admin, json, body).await;
+        assert_eq!(
+            (status, error_code(&answer)),
+            (200, code),
+            "{body}: {answer}"
+        );
+    }
+    let (_, answer) = rpc(&web, admin, json, &get_nope).await;
+    let answer: serde_json::Value = serde_json::from_str(&answer).unwrap();
+    assert_eq!(answer["id"], "c-1");
+    assert_eq!(answer["error"]["data"][0]["domain"], "a2a-protocol.org");
+    assert_eq!(answer["error"]["data"][0]["reason"], "TASK_NOT_FOUND");
+
+    // A task worked on over gRPC, read over JSON-RPC.
+    let channel = p.channel().await;
+    let bearer = Bearer::new(admin);
+    pb::session_service_client::SessionServiceClient::with_interceptor(
+        channel.clone(),
+        bearer.clone(),
+    )
+    .create_session(session("job", ""))
+    .await
+    .unwrap();
+    let mut plans = pb::plan_service_client::PlanServiceClient::with_interceptor(channel, bearer);
+    let four = |s: pb::StepStatus| {
+        vec![
+            item("a", s),
+            item("b", Pending),
+            item("c", Pending),
+            item("d", Pending),
+        ]
+    };
+    let first = plans
+        .update_plan(update("job", four(InProgress)))
+        .await
+        .unwrap()
+        .into_inner()
+        .revision;
+    let (status, answer) = rpc(&web, admin, json, &call("GetTask", r#"{"id":"job"}"#)).await;
+    assert_eq!(status, 200);
+    let task: serde_json::Value = serde_json::from_str(&answer).unwrap();
+    assert_eq!(
+        task["result"]["status"]["state"], "TASK_STATE_WORKING",
+        "{answer}"
+    );
+    assert_eq!(task["result"]["contextId"], "job");
+    plans
+        .update_plan(update(
+            "job",
+            vec![
+                item("a", Completed),
+                item("b", Completed),
+                item("c", Completed),
+                item("d", Completed),
+            ],
+        ))
+        .await
+        .unwrap();
+
+    // An SSE client back with Last-Event-ID, the `id:` of the last event it
+    // got: the task where it stood, what it missed, the end.
+    let (status, headers, body) = http(
+        &web,
+        &format!("POST /a2a HTTP/1.1\r\nHost: {web}\r\ncontent-type: {json}\r\nauthorization: Bearer {ADMIN_TOKEN}\r\nlast-event-id: {first}.working"),
+        &call("SubscribeToTask", r#"{"id":"job"}"#),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        headers
+            .iter()
+            .any(|(k, v)| k == "content-type" && v.starts_with("text/event-stream"))
+    );
+    let data: Vec<serde_json::Value> = body
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .map(|d| serde_json::from_str(d).unwrap())
+        .collect();
+    let kinds: Vec<String> = data
+        .iter()
+        .map(|d| {
+            let r = d["result"].as_object().unwrap_or_else(|| panic!("{d}"));
+            r.keys().next().unwrap().clone()
+        })
+        .collect();
+    assert_eq!(kinds, ["task", "artifactUpdate", "statusUpdate"], "{body}");
+    assert_eq!(
+        data[2]["result"]["statusUpdate"]["status"]["state"],
+        "TASK_STATE_COMPLETED"
+    );
+    assert!(data.iter().all(|d| d["id"] == "c-1"));
+    let ids: Vec<&str> = body
+        .lines()
+        .filter_map(|l| l.strip_prefix("id: "))
+        .collect();
+    assert_eq!(ids.len(), 3, "{body}");
+    assert_eq!(ids[0], format!("{first}.working"));
+    assert!(ids[2].ends_with(".completed"), "{body}");
+    p.stop().await;
+}

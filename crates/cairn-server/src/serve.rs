@@ -388,7 +388,7 @@ pub async fn serve_store(
         Arc::clone(&site),
     );
 
-    let agent_card = agent_card(&listener, tls.is_some(), &state)?;
+    let agent_card = agent_card(&listener, web.as_ref(), tls.is_some(), &state)?;
     let web_task = web.map(|listener| {
         let mut stopped = stopped.clone();
         let web = crate::web::Web::new(state.clone(), Arc::clone(&site), tls.is_some())
@@ -432,22 +432,35 @@ pub async fn serve_store(
 
 use tower::Layer as _;
 
-/// The A2A agent card of a server whose gRPC port is `listener`, named as
-/// a client on this machine dials it (a bind to every address is reached
-/// on loopback).
-fn agent_card(listener: &TcpListener, tls: bool, state: &State) -> Result<String, ServeError> {
+/// The A2A agent card of a server whose gRPC port is `listener` (and web
+/// listener `web`, which serves the JSON-RPC binding), named as a client on
+/// this machine dials them (a bind to every address is reached on
+/// loopback).
+fn agent_card(
+    listener: &TcpListener,
+    web: Option<&TcpListener>,
+    tls: bool,
+    state: &State,
+) -> Result<String, ServeError> {
     let auth = state.auth.mode() != crate::auth::AuthMode::Off;
     let scheme = if tls { "https" } else { "http" };
-    let url = listener.local_addr().map_or_else(
-        |_| String::new(),
-        |mut a| {
-            if a.ip().is_unspecified() {
-                a.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
-            }
-            format!("{scheme}://{a}")
-        },
-    );
-    Ok(crate::services::a2a::agent_card_json(&url, auth)?)
+    let url = |l: &TcpListener| {
+        l.local_addr().map_or_else(
+            |_| String::new(),
+            |mut a| {
+                if a.ip().is_unspecified() {
+                    a.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
+                }
+                format!("{scheme}://{a}")
+            },
+        )
+    };
+    let jsonrpc = web.map(|w| format!("{}{}", url(w), crate::web::JSONRPC_PATH));
+    Ok(crate::services::a2a::agent_card_json(
+        &url(listener),
+        jsonrpc.as_deref(),
+        auth,
+    )?)
 }
 
 /// Every gRPC service: the API, health and reflection.

@@ -51,6 +51,10 @@ use crate::services::State;
 use crate::site::Site;
 use crate::watch::{self, Item, Start};
 
+mod a2a;
+
+pub use a2a::JSONRPC_PATH;
+
 const PAGE: &str = include_str!("index.html");
 const INBOX_PAGE: &str = include_str!("inbox.html");
 const INBOX_SCRIPT: &str = include_str!("inbox.js");
@@ -201,6 +205,7 @@ impl Web {
             )
             .route("/events", get(events))
             .route(AGENT_CARD_PATH, get(agent_card))
+            .route(a2a::JSONRPC_PATH, post(a2a::jsonrpc))
             .route("/api/sessions/{id}/approve", post(approve))
             .route("/api/sessions/{id}/reject", post(reject))
             .layer(middleware::from_fn_with_state(self.clone(), guarded))
@@ -363,23 +368,29 @@ async fn guarded(AxumState(web): AxumState<Web>, mut request: Request, next: Nex
             path.as_str(),
             "/login" | "/app.js" | "/app.css" | AGENT_CARD_PATH
         );
-        match web.browser(request.headers()).await {
-            Some(signed) => {
-                let changes = !matches!(method, Method::GET | Method::HEAD);
-                if changes && path != "/login" && !csrf_ok(request.headers(), &signed) {
-                    tracing::warn!(method = %method, path = %Excerpt(&path), "dashboard change without its CSRF token refused");
-                    refused(
-                        StatusCode::FORBIDDEN,
-                        "missing or wrong CSRF token: reload the dashboard",
-                    )
-                } else {
-                    request.extensions_mut().insert(signed);
-                    next.run(request).await
+        if path == a2a::JSONRPC_PATH {
+            // An API, not a page: its callers present bearer tokens, and a
+            // browser's cookie is never taken for one.
+            next.run(request).await
+        } else {
+            match web.browser(request.headers()).await {
+                Some(signed) => {
+                    let changes = !matches!(method, Method::GET | Method::HEAD);
+                    if changes && path != "/login" && !csrf_ok(request.headers(), &signed) {
+                        tracing::warn!(method = %method, path = %Excerpt(&path), "dashboard change without its CSRF token refused");
+                        refused(
+                            StatusCode::FORBIDDEN,
+                            "missing or wrong CSRF token: reload the dashboard",
+                        )
+                    } else {
+                        request.extensions_mut().insert(signed);
+                        next.run(request).await
+                    }
                 }
+                None if open_path => next.run(request).await,
+                None if path == "/" => Redirect::to("/login").into_response(),
+                None => refused(StatusCode::UNAUTHORIZED, "sign in first"),
             }
-            None if open_path => next.run(request).await,
-            None if path == "/" => Redirect::to("/login").into_response(),
-            None => refused(StatusCode::UNAUTHORIZED, "sign in first"),
         }
     };
     let headers = response.headers_mut();

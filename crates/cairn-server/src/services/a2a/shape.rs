@@ -17,21 +17,25 @@ use cairn_core::session::Session;
 use cairn_core::task::{TaskState, task_state};
 use cairn_store::records::PlanRecord;
 
-/// The agent card of a server whose gRPC listener is `grpc_url`, as A2A's
+/// The agent card of a server whose gRPC listener is `grpc_url` (and whose
+/// JSON-RPC binding, on the web listener, is at `jsonrpc_url`), as A2A's
 /// JSON (the proto's JSON mapping): served at
 /// `/.well-known/agent-card.json`. With authentication on, every call
 /// needs a bearer token, as on every other Cairn API.
-pub fn agent_card_json(grpc_url: &str, auth: bool) -> Result<String> {
+pub fn agent_card_json(grpc_url: &str, jsonrpc_url: Option<&str>, auth: bool) -> Result<String> {
     let bearer = "bearer".to_owned();
+    let interface = |url: &str, binding: &str| a2a::AgentInterface {
+        url: url.to_owned(),
+        protocol_binding: binding.into(),
+        tenant: String::new(),
+        protocol_version: A2A_VERSION.into(),
+    };
     let card = a2a::AgentCard {
         name: "Cairn".into(),
         description: "Plans and todo lists of agent sessions, durable and watched: each session is a task, its tree the task's context, its plan the task's artifact.".into(),
-        supported_interfaces: vec![a2a::AgentInterface {
-            url: grpc_url.to_owned(),
-            protocol_binding: "GRPC".into(),
-            tenant: String::new(),
-            protocol_version: A2A_VERSION.into(),
-        }],
+        supported_interfaces: std::iter::once(interface(grpc_url, "GRPC"))
+            .chain(jsonrpc_url.map(|u| interface(u, "JSONRPC")))
+            .collect(),
         version: env!("CARGO_PKG_VERSION").into(),
         capabilities: Some(a2a::AgentCapabilities {
             streaming: Some(true),
