@@ -52,12 +52,15 @@ class StreamBearer(_Token, grpc.aio.UnaryStreamClientInterceptor):
         return await continuation(self._with_token(details), request)
 
 
-def _client(card, token=ADMIN, streaming=False):
+def _client(card, token=ADMIN, streaming=False, binding="GRPC"):
+    """An SDK client of one binding presenting `token`: gRPC metadata
+    through interceptors, or an HTTP header on every JSON-RPC request."""
     config = a2a_client.ClientConfig(
         streaming=streaming,
-        supported_protocol_bindings=["GRPC"],
+        supported_protocol_bindings=[binding],
         grpc_channel_factory=lambda url: grpc.aio.insecure_channel(
             url.removeprefix("http://"), interceptors=[Bearer(token), StreamBearer(token)]),
+        httpx_client=httpx.AsyncClient(headers={"authorization": f"Bearer {token}"}, timeout=30),
     )
     return a2a_client.ClientFactory(config).create(card)
 
@@ -148,7 +151,8 @@ def _told(event):
     return what, meta["cairn_resume"]
 
 
-def test_the_sdk_subscribes_answers_the_approval_and_resumes():
+@pytest.mark.parametrize("binding", ["GRPC", "JSONRPC"])
+def test_the_sdk_subscribes_answers_the_approval_and_resumes(binding):
     from cairn.v1 import auth_pb2 as auth
     from cairn.v1 import auth_pb2_grpc
 
@@ -170,7 +174,12 @@ def test_the_sdk_subscribes_answers_the_approval_and_resumes():
             assert card.capabilities.streaming
             resume = [e.uri for e in card.capabilities.extensions]
             assert resume == ["urn:cairn:a2a:resume:v1"]
-            watcher = _client(card, streaming=True)
+            assert [i.protocol_binding for i in card.supported_interfaces] == ["GRPC", "JSONRPC"]
+            assert card.supported_interfaces[1].url == f"http://127.0.0.1:{web}/a2a"
+            watcher = _client(card, streaming=True, binding=binding)
+            # The binding asked for is the one used, not a fallback.
+            transport = {"GRPC": "GrpcTransport", "JSONRPC": "JsonRpcTransport"}[binding]
+            assert type(watcher._transport).__name__ == transport, type(watcher._transport)
             seen, tokens = [], []
             stream = watcher.subscribe(a2a.SubscribeToTaskRequest(id="sub")).__aiter__()
 
@@ -195,7 +204,7 @@ def test_the_sdk_subscribes_answers_the_approval_and_resumes():
             await until("TASK_STATE_INPUT_REQUIRED")
 
             # Answered through A2A by another principal, an approver.
-            approver = _client(card, token=boss)
+            approver = _client(card, token=boss, binding=binding)
             answer = a2a.SendMessageRequest(message=a2a.Message(
                 message_id="answer-1", task_id="sub", role=a2a.ROLE_USER, parts=[a2a.Part(text="approve")]))
             replies = [r async for r in approver.send_message(answer)]
