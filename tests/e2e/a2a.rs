@@ -49,7 +49,7 @@ async fn sessions_are_tasks_with_the_card_the_states_and_the_errors_a2a_names() 
     let card: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_eq!(card["name"], "Cairn");
     let iface = &card["supportedInterfaces"][0];
-    assert_eq!(iface["url"], format!("http://{}", p.addr));
+    assert_eq!(iface["url"], p.addr.as_str());
     assert_eq!(iface["protocolBinding"], "GRPC");
     assert_eq!(iface["protocolVersion"], "1.0");
     assert_eq!(

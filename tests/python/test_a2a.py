@@ -59,7 +59,7 @@ def _client(card, token=ADMIN, streaming=False, binding="GRPC"):
         streaming=streaming,
         supported_protocol_bindings=[binding],
         grpc_channel_factory=lambda url: grpc.aio.insecure_channel(
-            url.removeprefix("http://"), interceptors=[Bearer(token), StreamBearer(token)]),
+            url, interceptors=[Bearer(token), StreamBearer(token)]),
         httpx_client=httpx.AsyncClient(headers={"authorization": f"Bearer {token}"}, timeout=30),
     )
     return a2a_client.ClientFactory(config).create(card)
@@ -111,7 +111,7 @@ def test_the_sdk_resolves_the_card_and_follows_a_sub_agent_s_task():
             card = await _card(web)
             assert card.name == "Cairn"
             assert card.supported_interfaces[0].protocol_binding == "GRPC"
-            assert card.supported_interfaces[0].url == f"http://127.0.0.1:{port}"
+            assert card.supported_interfaces[0].url == f"127.0.0.1:{port}"
             assert "bearer" in card.security_schemes
             client = _client(card)
             states = []

@@ -444,20 +444,22 @@ fn agent_card(
 ) -> Result<String, ServeError> {
     let auth = state.auth.mode() != crate::auth::AuthMode::Off;
     let scheme = if tls { "https" } else { "http" };
-    let url = |l: &TcpListener| {
+    let addr = |l: &TcpListener| {
         l.local_addr().map_or_else(
             |_| String::new(),
             |mut a| {
                 if a.ip().is_unspecified() {
                     a.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
                 }
-                format!("{scheme}://{a}")
+                a.to_string()
             },
         )
     };
-    let jsonrpc = web.map(|w| format!("{}{}", url(w), crate::web::JSONRPC_PATH));
+    // The gRPC interface is a gRPC target (`host:port`): both SDKs hand the
+    // URL to their channel as it is, and a channel takes no scheme.
+    let jsonrpc = web.map(|w| format!("{scheme}://{}{}", addr(w), crate::web::JSONRPC_PATH));
     Ok(crate::services::a2a::agent_card_json(
-        &url(listener),
+        &addr(listener),
         jsonrpc.as_deref(),
         auth,
     )?)
