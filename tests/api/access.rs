@@ -46,6 +46,9 @@ const MATRIX: &[(&str, &str, &str)] = &[
     // A2A: a task is a session, read with a session's rights.
     ("GetTask", "YYYYY", "YNNNN"),
     ("ListTasks", "YNNNN", "YNNNN"),
+    ("SubscribeToTask", "YYYYY", "YNNNN"),
+    // An answer through A2A is an approval: an approver's right.
+    ("SendMessage", "YNNYN", "YNNNN"),
     ("EnterPlanMode", "YYYNN", "YNNNN"),
     ("ExitPlanMode", "YYYNN", "YNNNN"),
     ("GetPlanStatus", "YYYYY", "YNNNN"),
@@ -212,6 +215,23 @@ impl World {
 }
 
 /// What state an RPC needs its session in.
+/// An A2A call's outcome as the matrix counts it: A2A refuses a task the
+/// caller may not read as one not found (docs/a2a.md), which is the
+/// matrix's refusal, and only that is.
+fn task_code(r: Result<(), tonic::Status>) -> Code {
+    match r {
+        Ok(()) => Code::Ok,
+        Err(e)
+            if e.code() == Code::NotFound
+                && e.get_details_error_info()
+                    .is_some_and(|i| i.reason == "TASK_NOT_FOUND") =>
+        {
+            Code::PermissionDenied
+        }
+        Err(e) => e.code(),
+    }
+}
+
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Needs {
     Nothing,
@@ -224,7 +244,9 @@ enum Needs {
 fn needs(rpc: &str) -> Needs {
     match rpc {
         "ExitPlanMode" => Needs::Planning,
-        "ApprovePlan" | "RejectPlan" | "ListInbox" | "WatchInbox" => Needs::AwaitingApproval,
+        "ApprovePlan" | "RejectPlan" | "ListInbox" | "WatchInbox" | "SendMessage" => {
+            Needs::AwaitingApproval
+        }
         "CompleteStep" | "CompletePlan" | "ModifyPlan" => Needs::Active,
         "ApproveModification" | "RejectModification" => Needs::PendingModification,
         _ => Needs::Nothing,
@@ -374,26 +396,51 @@ async fn call(
                 .await
                 .map(drop),
         ),
-        "GetTask" => match who
-            .tasks
-            .get_task(pb::a2a::GetTaskRequest {
-                id: s,
-                ..Default::default()
+        "GetTask" => task_code(
+            who.tasks
+                .get_task(pb::a2a::GetTaskRequest {
+                    id: s,
+                    ..Default::default()
+                })
+                .await
+                .map(drop),
+        ),
+        "SendMessage" => task_code(
+            who.tasks
+                .send_message(pb::a2a::SendMessageRequest {
+                    message: Some(pb::a2a::Message {
+                        message_id: format!("m{n}"),
+                        task_id: s,
+                        parts: vec![pb::a2a::Part {
+                            content: Some(pb::a2a::part::Content::Text("approve".into())),
+                            ..Default::default()
+                        }],
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                })
+                .await
+                .map(drop),
+        ),
+        "SubscribeToTask" => {
+            let opened = who
+                .tasks
+                .subscribe_to_task(pb::a2a::SubscribeToTaskRequest {
+                    id: s,
+                    ..Default::default()
+                })
+                .await;
+            // Allowed means the task itself came first on the stream.
+            task_code(match opened {
+                Ok(r) => r.into_inner().message().await.map(|m| {
+                    assert!(m.is_some_and(|m| matches!(
+                        m.payload,
+                        Some(pb::a2a::stream_response::Payload::Task(_))
+                    )));
+                }),
+                Err(e) => Err(e),
             })
-            .await
-        {
-            Ok(_) => Code::Ok,
-            // A2A refuses a task the caller may not read as one not found
-            // (docs/a2a.md): the matrix's refusal, and only that.
-            Err(e)
-                if e.code() == Code::NotFound
-                    && e.get_details_error_info()
-                        .is_some_and(|i| i.reason == "TASK_NOT_FOUND") =>
-            {
-                Code::PermissionDenied
-            }
-            Err(e) => e.code(),
-        },
+        }
         "ListTasks" => code(
             who.tasks
                 .list_tasks(pb::a2a::ListTasksRequest::default())
