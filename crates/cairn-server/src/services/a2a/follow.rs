@@ -82,6 +82,23 @@ impl Resume {
     }
 }
 
+/// Where a task's stream ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Until {
+    /// At a terminal state (`SubscribeToTask`).
+    Terminal,
+    /// At a terminal state or one that awaits input
+    /// (`SendStreamingMessage`: its stream ends where the next answer is
+    /// needed, as A2A's interrupted states end it).
+    Interrupted,
+}
+
+impl Until {
+    fn reached(self, state: TaskState) -> bool {
+        state.is_terminal() || (self == Until::Interrupted && state == TaskState::InputRequired)
+    }
+}
+
 /// What one revision did to the session.
 #[derive(Default)]
 struct Changes {
@@ -110,12 +127,13 @@ fn lost(session: &Session) -> bool {
 
 /// The task `id` (in the context `context`) followed from `events`, a
 /// watch of its session: from a snapshot, or, resuming, from the log after
-/// `resume`.
+/// `resume`; `until` a state that ends it.
 pub fn follow(
     events: impl Stream<Item = Result<Item>> + Send + 'static,
     id: String,
     context: String,
     resume: Option<Resume>,
+    until: Until,
 ) -> impl Stream<Item = Result<a2a::StreamResponse>> + Send + 'static {
     async_stream::stream! {
         tokio::pin!(events);
@@ -155,7 +173,7 @@ pub fn follow(
         // What the subscriber holds of the plan: none yet when resuming.
         let mut shown: Option<Checklist> = resume.is_none().then(|| record.plan.checklist.clone());
         let mut changes = Changes::default();
-        while !following.told().is_terminal() {
+        while !until.reached(following.told()) {
             let d = match events.next().await {
                 Some(Ok(Item::Event(d))) => d,
                 Some(Ok(_)) => continue,

@@ -205,6 +205,38 @@ impl A2aApi {
         })
     }
 
+    /// `SendMessage`, then the task's stream from that answer on: the task,
+    /// then its changes, until it ends or awaits the next answer.
+    async fn send_streaming_message(
+        &self,
+        who: &Authenticated,
+        req: a2a::SendMessageRequest,
+    ) -> Result<Stream> {
+        let answered = self.send_message(who, req).await?;
+        let Some(a2a::send_message_response::Payload::Task(task)) = answered.payload else {
+            return Err(Error::Internal(
+                "SendMessage answered without its task".into(),
+            ));
+        };
+        let events = super::watch::open(
+            &self.state,
+            who,
+            Topic::Session(task.id.clone()),
+            Start::Snapshot,
+            self.state.progress_interval,
+        )
+        .await
+        .map_err(as_task(&task.id))?;
+        let stream = follow::follow(
+            events,
+            task.id,
+            task.context_id,
+            None,
+            follow::Until::Interrupted,
+        );
+        Ok(Box::pin(stream.map(|r| r.map_err(status))))
+    }
+
     /// The task's stream: the task, then its changes, until it ends. With
     /// the resumption extension's header, everything after that point
     /// instead, from the log.
@@ -241,7 +273,13 @@ impl A2aApi {
         )
         .await
         .map_err(as_task(&req.id))?;
-        let stream = follow::follow(events, req.id, task.context_id, resume);
+        let stream = follow::follow(
+            events,
+            req.id,
+            task.context_id,
+            resume,
+            follow::Until::Terminal,
+        );
         Ok(Box::pin(stream.map(|r| r.map_err(status))))
     }
 }
@@ -260,7 +298,6 @@ macro_rules! unsupported {
 }
 
 unsupported! {
-    send_streaming_message(a2a::SendMessageRequest) -> Stream = "SendStreamingMessage";
     cancel_task(a2a::CancelTaskRequest) -> a2a::Task = "CancelTask";
     create_push(a2a::TaskPushNotificationConfig) -> a2a::TaskPushNotificationConfig = "push notifications";
     get_push(a2a::GetTaskPushNotificationConfigRequest) -> a2a::TaskPushNotificationConfig = "push notifications";
