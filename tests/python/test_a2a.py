@@ -204,11 +204,16 @@ def test_the_sdk_subscribes_answers_the_approval_and_resumes(binding):
             await until("TASK_STATE_INPUT_REQUIRED")
 
             # Answered through A2A by another principal, an approver.
-            approver = _client(card, token=boss, binding=binding)
+            # A streaming client sends it as SendStreamingMessage: the task
+            # as answered comes first (the stream would stay open until the
+            # task ends or awaits the next answer).
+            approver = _client(card, token=boss, streaming=True, binding=binding)
             answer = a2a.SendMessageRequest(message=a2a.Message(
                 message_id="answer-1", task_id="sub", role=a2a.ROLE_USER, parts=[a2a.Part(text="approve")]))
-            replies = [r async for r in approver.send_message(answer)]
-            assert [a2a.TaskState.Name(r.task.status.state) for r in replies] == ["TASK_STATE_WORKING"]
+            replies = approver.send_message(answer)
+            first = await asyncio.wait_for(anext(replies), 10)
+            await replies.aclose()
+            assert a2a.TaskState.Name(first.task.status.state) == "TASK_STATE_WORKING", first
             status = await asyncio.to_thread(plans.GetPlanStatus, plan.GetPlanStatusRequest(session_id="sub"), metadata=coder)
             assert status.status.active.approver == "boss"
             await until("TASK_STATE_WORKING")
