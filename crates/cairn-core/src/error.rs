@@ -99,6 +99,10 @@ pub enum Error {
     #[error("{0} is not supported by this server")]
     UnsupportedOperation(String),
 
+    /// A2A push notifications, asked of a server whose webhooks are off.
+    #[error("Push notifications are not supported by this server: {0}")]
+    PushNotSupported(String),
+
     /// `CreatePrincipal` with a taken id.
     #[error("Principal {0} already exists")]
     PrincipalExists(String),
@@ -262,6 +266,7 @@ impl Error {
             | Error::SessionNotFound(_)
             | Error::TaskNotFound(_)
             | Error::UnsupportedOperation(_)
+            | Error::PushNotSupported(_)
             | Error::PrincipalExists(_)
             | Error::AgentIdTaken { .. }
             | Error::PrincipalNotFound(_)

@@ -6,7 +6,8 @@ use crate::liveness::Liveness;
 use crate::plan_mode::SessionPlan;
 
 /// The A2A task states a session can be in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum TaskState {
     /// No plan yet.
     Submitted,
@@ -22,6 +23,31 @@ pub enum TaskState {
 }
 
 impl TaskState {
+    /// Every state.
+    pub const ALL: [TaskState; 5] = [
+        TaskState::Submitted,
+        TaskState::Working,
+        TaskState::InputRequired,
+        TaskState::Completed,
+        TaskState::Failed,
+    ];
+
+    /// The state's short name (A2A's, lowercase): `input-required`.
+    pub fn name(self) -> &'static str {
+        match self {
+            TaskState::Submitted => "submitted",
+            TaskState::Working => "working",
+            TaskState::InputRequired => "input-required",
+            TaskState::Completed => "completed",
+            TaskState::Failed => "failed",
+        }
+    }
+
+    /// The state a short name names.
+    pub fn parse(name: &str) -> Option<TaskState> {
+        TaskState::ALL.into_iter().find(|s| s.name() == name)
+    }
+
     /// Whether A2A counts the state as terminal.
     pub fn is_terminal(self) -> bool {
         matches!(self, TaskState::Completed | TaskState::Failed)
@@ -56,6 +82,36 @@ fn with_liveness(of_plan: TaskState, lost: bool) -> TaskState {
         TaskState::Failed
     } else {
         of_plan
+    }
+}
+
+/// Where a subscriber of a task's changes stands: every change of
+/// `revision` received, and `state` the last state told. As a token
+/// (A2A's resume extension, a push's metadata): `REVISION.STATE`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Resume {
+    pub revision: u64,
+    pub state: TaskState,
+}
+
+impl Resume {
+    /// The token a subscriber sends back.
+    pub fn token(self) -> String {
+        format!("{}.{}", self.revision, self.state.name())
+    }
+
+    /// A token as a subscriber sent it, in `field`.
+    pub fn parse(field: &str, token: &str) -> crate::error::Result<Resume> {
+        let bad = || {
+            crate::error::Error::invalid(
+                field,
+                "must be the cairn_resume token of an event of this stream (REVISION.STATE)",
+            )
+        };
+        let (revision, name) = token.trim().split_once('.').ok_or_else(bad)?;
+        let revision = revision.parse().map_err(|_| bad())?;
+        let state = TaskState::parse(name).ok_or_else(bad)?;
+        Ok(Resume { revision, state })
     }
 }
 

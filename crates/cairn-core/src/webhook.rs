@@ -29,6 +29,10 @@ pub enum EventType {
     /// A session's agent was declared lost.
     #[serde(rename = "session.lost")]
     SessionLost,
+    /// An A2A task changed state: what a task's push notification config
+    /// is told (never subscribed to by name, so not in [`EventType::ALL`]).
+    #[serde(rename = "task.status")]
+    TaskStatus,
 }
 
 impl EventType {
@@ -49,6 +53,7 @@ impl EventType {
             EventType::ApprovalEscalated => "approval.escalated",
             EventType::PlanCompleted => "plan.completed",
             EventType::SessionLost => "session.lost",
+            EventType::TaskStatus => "task.status",
         }
     }
 
@@ -75,6 +80,48 @@ pub struct Webhook {
     pub create_time: Micros,
     /// The revision that created it: deliveries start after it.
     pub revision: u64,
+    /// Set for an A2A task's push notification config (`docs/a2a.md`):
+    /// told that task's state changes, in A2A's shape, instead of events
+    /// by type.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub task: Option<Box<TaskPush>>,
+}
+
+/// An A2A push notification config: which task, and what the receiver
+/// asked to be sent with each notification. Its token and credentials are
+/// sealed like the signing secret.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct TaskPush {
+    pub task_id: String,
+    /// The config's id within the task.
+    pub config_id: String,
+    /// Sent as `X-A2A-Notification-Token`, sealed; empty for none.
+    pub sealed_token: Vec<u8>,
+    /// Sent as `Authorization: SCHEME CREDENTIALS`; empty for none.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub auth_scheme: String,
+    pub sealed_credentials: Vec<u8>,
+    /// The task's state when the config was made: the first one it is
+    /// told is the next that differs (filled in by the write).
+    pub state: Option<crate::task::TaskState>,
+}
+
+impl TaskPush {
+    /// The subscription id of a task's config: its task's group and its
+    /// id, which cannot hold `/`, so no two configs share one.
+    pub fn webhook_id(task_id: &str, config_id: &str) -> String {
+        format!("{}/{config_id}", Self::group(task_id))
+    }
+
+    /// What the ids of a task's configs start with (before a `/`).
+    pub fn group(task_id: &str) -> String {
+        format!("{}{task_id}", Self::PREFIX)
+    }
+
+    /// Every config's id starts with this; no other subscription's can,
+    /// since ids hold no `/`.
+    pub const PREFIX: &'static str = "a2a/";
 }
 
 /// Longest URL a subscription takes.
@@ -125,7 +172,9 @@ impl WebhookRequest {
     }
 }
 
-fn check_url(url: &str, allow_http: bool) -> Result<()> {
+/// Checks a receiver's URL: `https://` with a host (or `http://` where the
+/// server allows it), no user info, no spaces.
+pub fn check_url(url: &str, allow_http: bool) -> Result<()> {
     const FIELD: &str = "url";
     if url.len() > MAX_URL_BYTES {
         return Err(Error::invalid(FIELD, "is longer than 2048 bytes"));

@@ -462,6 +462,7 @@ fn agent_card(
         &addr(listener),
         jsonrpc.as_deref(),
         auth,
+        state.webhooks.enabled(),
     )?)
 }
 

@@ -253,6 +253,10 @@ fn classify(err: &Error) -> Classified {
             domain = A2A_ERROR_DOMAIN;
             (Code::FailedPrecondition, "UNSUPPORTED_OPERATION")
         }
+        Error::PushNotSupported(_) => {
+            domain = A2A_ERROR_DOMAIN;
+            (Code::FailedPrecondition, "PUSH_NOTIFICATION_NOT_SUPPORTED")
+        }
         Error::PrincipalNotFound(id) => {
             meta.insert("principal_id".into(), id.clone());
             (Code::NotFound, "PRINCIPAL_NOT_FOUND")

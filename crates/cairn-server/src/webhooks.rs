@@ -35,9 +35,33 @@ use tokio::sync::Semaphore;
 
 use cairn_core::access::Caller;
 use cairn_core::error::{Error, Result};
+use cairn_core::task::Following;
 use cairn_core::webhook::Webhook;
 use cairn_store::Store;
-use cairn_store::webhooks::{DeadLetter, Notification, RETRY, notifications};
+use cairn_store::webhooks::{DeadLetter, Notification, RETRY, notifications, task_notification};
+
+/// What an A2A push config asked to be sent with each notification: its
+/// token and its credentials, opened from their seals.
+fn push_headers(sealer: &Sealer, w: &Webhook) -> Result<Vec<(String, String)>> {
+    let Some(push) = &w.task else {
+        return Ok(Vec::new());
+    };
+    let mut out = Vec::new();
+    if !push.sealed_token.is_empty() {
+        out.push((
+            "x-a2a-notification-token".to_owned(),
+            sealer.open(&push.sealed_token)?,
+        ));
+    }
+    if !push.auth_scheme.is_empty() {
+        let credentials = sealer.open(&push.sealed_credentials)?;
+        out.push((
+            "authorization".to_owned(),
+            format!("{} {credentials}", push.auth_scheme),
+        ));
+    }
+    Ok(out)
+}
 
 /// The prefix of a signing secret.
 pub const SECRET_PREFIX: &str = "whsec_";
@@ -270,6 +294,11 @@ impl Webhooks {
         &self.config
     }
 
+    /// Whether webhooks (and A2A push notifications) are on.
+    pub fn enabled(&self) -> bool {
+        self.sealer.is_some()
+    }
+
     /// Seals a new secret, or says why webhooks are off.
     pub fn seal(&self, secret: &str) -> Result<Vec<u8>> {
         match &self.sealer {
@@ -339,7 +368,14 @@ impl Webhooks {
             return Ok(());
         };
         let secret = sealer.open(&w.sealed_secret)?;
-        let mut cursor = self.store.webhook_cursor(w).await?;
+        let extra = push_headers(sealer, w)?;
+        let (mut cursor, told) = self.store.task_push_cursor(w).await?;
+        // A task's config follows the task's state from the one last told.
+        let mut following = match (&w.task, told) {
+            (Some(_), Some(told)) => Some(Following::resumed(told)),
+            _ => None,
+        };
+        let told = |f: &Option<Following>| f.as_ref().map(Following::told);
         let mut saved = cursor;
         let mut last_save = tokio::time::Instant::now();
         let mut retries_seen: Option<tokio::time::Instant> = None;
@@ -347,13 +383,13 @@ impl Webhooks {
             // Queued retries are an admin's rare act: looked for once a
             // second, not at every poll for new revisions.
             if retries_seen.is_none_or(|t| t.elapsed() >= RETRY_CHECK) {
-                self.retry_queued(w, &secret).await?;
+                self.retry_queued(w, &secret, &extra).await?;
                 retries_seen = Some(tokio::time::Instant::now());
             }
             if self.store.revision() <= cursor {
                 if saved < cursor && last_save.elapsed() >= IDLE_CURSOR {
                     self.store
-                        .advance_webhook(&w.webhook_id, cursor, None)
+                        .advance_webhook(&w.webhook_id, cursor, told(&following), None)
                         .await?;
                     (saved, last_save) = (cursor, tokio::time::Instant::now());
                 }
@@ -367,12 +403,19 @@ impl Webhooks {
                 continue;
             }
             for rev in revisions {
-                let mut handled = false;
-                for n in notifications(&rev) {
-                    if !w.wants(n.kind, &n.session_id, &n.ancestors) {
-                        continue;
-                    }
-                    let dead = match self.deliver(w, &secret, &n).await {
+                let before = told(&following);
+                let wanted: Vec<Notification> = match (&w.task, following.as_mut()) {
+                    (Some(push), Some(f)) => task_notification(&rev, &push.task_id, f)
+                        .into_iter()
+                        .collect(),
+                    _ => notifications(&rev)
+                        .into_iter()
+                        .filter(|n| w.wants(n.kind, &n.session_id, &n.ancestors))
+                        .collect(),
+                };
+                let handled = !wanted.is_empty();
+                for n in wanted {
+                    let dead = match self.deliver(w, &secret, &extra, &n).await {
                         Outcome::Delivered => None,
                         Outcome::Dead {
                             attempts,
@@ -388,15 +431,14 @@ impl Webhooks {
                         // The dead letter is kept at once; the cursor stays
                         // before this revision until all of it is handled.
                         self.store
-                            .advance_webhook(&w.webhook_id, rev.revision - 1, dead)
+                            .advance_webhook(&w.webhook_id, rev.revision - 1, before, dead)
                             .await?;
                     }
-                    handled = true;
                 }
                 cursor = rev.revision;
                 if handled {
                     self.store
-                        .advance_webhook(&w.webhook_id, cursor, None)
+                        .advance_webhook(&w.webhook_id, cursor, told(&following), None)
                         .await?;
                     (saved, last_save) = (cursor, tokio::time::Instant::now());
                 }
@@ -405,13 +447,18 @@ impl Webhooks {
     }
 
     /// Delivers the dead letters an admin queued again.
-    async fn retry_queued(&self, w: &Webhook, secret: &str) -> Result<()> {
+    async fn retry_queued(
+        &self,
+        w: &Webhook,
+        secret: &str,
+        extra: &[(String, String)],
+    ) -> Result<()> {
         let queued = self
             .store
             .dead_letters(&Caller::Open, RETRY, &w.webhook_id, None, 16)
             .await?;
         for (key, letter) in queued {
-            let dead = match self.deliver(w, secret, &letter.notification).await {
+            let dead = match self.deliver(w, secret, extra, &letter.notification).await {
                 Outcome::Delivered => None,
                 Outcome::Dead {
                     attempts,
@@ -445,7 +492,13 @@ impl Webhooks {
     }
 
     /// Tries one notification up to the bounded attempts.
-    async fn deliver(&self, w: &Webhook, secret: &str, n: &Notification) -> Outcome {
+    async fn deliver(
+        &self,
+        w: &Webhook,
+        secret: &str,
+        extra: &[(String, String)],
+        n: &Notification,
+    ) -> Outcome {
         let id = n.message_id(&w.webhook_id);
         let body = match serde_json::to_vec(&n.body) {
             Ok(b) => b,
@@ -462,7 +515,7 @@ impl Webhooks {
         for attempt in 1..=attempts {
             let result = {
                 let _permit = limit.acquire().await;
-                self.attempt(w, secret, &id, &body).await
+                self.attempt(w, secret, extra, &id, &body).await
             };
             match result {
                 Ok(()) => {
@@ -502,18 +555,29 @@ impl Webhooks {
         &self,
         w: &Webhook,
         secret: &str,
+        extra: &[(String, String)],
         id: &str,
         body: &[u8],
     ) -> std::result::Result<(), String> {
         let now = cairn_store::now_micros() / 1_000_000;
         let signature = signature(secret, id, now, body).map_err(|e| e.to_string())?;
-        let response = self
+        let content_type = if w.task.is_some() {
+            // A2A's push payload (a StreamResponse).
+            "application/a2a+json"
+        } else {
+            "application/json"
+        };
+        let mut request = self
             .client
             .post(&w.url)
             .header("webhook-id", id)
             .header("webhook-timestamp", now.to_string())
             .header("webhook-signature", signature)
-            .header("content-type", "application/json")
+            .header("content-type", content_type);
+        for (name, value) in extra {
+            request = request.header(name.as_str(), value.as_str());
+        }
+        let response = request
             .body(body.to_vec())
             .send()
             .await

@@ -4,11 +4,14 @@
 
 use cairn_core::access::{self, Caller};
 use cairn_core::error::{Error, Result};
-use cairn_core::webhook::Webhook;
+use cairn_core::task::TaskState;
+use cairn_core::webhook::{TaskPush, Webhook};
 
 use crate::codec;
 use crate::store::Store;
-use crate::webhooks::{CURSORS, DEAD, DeadLetter, RETRY, WEBHOOKS, cursor, letters};
+use crate::webhooks::{
+    CURSORS, DEAD, DeadLetter, RETRY, WEBHOOKS, cursor, cursor_bytes, cursor_state, letters,
+};
 
 impl Store {
     /// Every subscription, by id.
@@ -32,20 +35,46 @@ impl Store {
         .await
     }
 
-    /// The last revision `w` handled.
-    pub async fn webhook_cursor(&self, w: &Webhook) -> Result<u64> {
-        let (id, start) = (w.webhook_id.clone(), w.revision);
-        self.read(move |v| Ok(v.aux(CURSORS, &id)?.map_or(start, |b| cursor(&b))))
-            .await
+    /// A task's push notification configs, for whoever manages its
+    /// session.
+    pub async fn task_pushes(&self, caller: &Caller, task_id: &str) -> Result<Vec<Webhook>> {
+        let (caller, task) = (caller.clone(), task_id.to_owned());
+        self.read(move |v| {
+            crate::ops::authorize(v, &caller, access::Action::Manage, &task)?;
+            letters(v, WEBHOOKS, &TaskPush::group(&task), None, usize::MAX)?
+                .into_iter()
+                .map(|(_, b)| codec::decode::<Webhook>(&b))
+                .collect()
+        })
+        .await
     }
 
-    /// Records that `webhook_id` handled everything up to `revision`, and
-    /// optionally a dead letter, in one durable write (no revision). A
-    /// subscription deleted meanwhile is left deleted.
+    /// The last revision `w` handled.
+    pub async fn webhook_cursor(&self, w: &Webhook) -> Result<u64> {
+        Ok(self.task_push_cursor(w).await?.0)
+    }
+
+    /// The last revision `w` handled, and for a task's push config the
+    /// state it last told (at first, the state it was made in).
+    pub async fn task_push_cursor(&self, w: &Webhook) -> Result<(u64, Option<TaskState>)> {
+        let (id, start) = (w.webhook_id.clone(), w.revision);
+        let first = w.task.as_ref().and_then(|t| t.state);
+        self.read(move |v| {
+            Ok(v.aux(CURSORS, &id)?
+                .map_or((start, first), |b| (cursor(&b), cursor_state(&b).or(first))))
+        })
+        .await
+    }
+
+    /// Records that `webhook_id` handled everything up to `revision` (a
+    /// task push: and last told `told`), and optionally a dead letter, in
+    /// one durable write (no revision). A subscription deleted meanwhile is
+    /// left deleted.
     pub async fn advance_webhook(
         &self,
         webhook_id: &str,
         revision: u64,
+        told: Option<TaskState>,
         dead: Option<DeadLetter>,
     ) -> Result<()> {
         let id = webhook_id.to_owned();
@@ -56,7 +85,7 @@ impl Store {
             if ctx.txn.aux(WEBHOOKS, &id)?.is_none() {
                 return Ok(());
             }
-            ctx.put_aux(CURSORS, &id, &revision.to_be_bytes())?;
+            ctx.put_aux(CURSORS, &id, &cursor_bytes(revision, told))?;
             if let Some((key, letter)) = &dead {
                 ctx.put_aux(DEAD, key, letter)?;
             }

@@ -17,19 +17,20 @@
 //! every revision a subscription has not handled yet. What the deliverer
 //! reads and writes through the store is in [`crate::outbox`].
 
-use cairn_core::access::{self, Caller};
+use cairn_core::access::{self, Action, Caller};
 use cairn_core::command::WebhookCommand;
 use cairn_core::error::{Error, Result};
 use cairn_core::liveness::Liveness;
 use cairn_core::plan_mode::Outcome;
-use cairn_core::webhook::EventType;
+use cairn_core::task::{Following, Resume, TaskState, plan_state, task_state};
+use cairn_core::webhook::{EventType, TaskPush, Webhook};
 use cairn_core::{Micros, rfc3339};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use crate::codec;
 use crate::records::{Decided, EventKind, EventObject, Revision};
 use crate::seam::{Ctx, ReadTxn};
+use crate::{codec, ops};
 
 /// Subscriptions, by id.
 pub const WEBHOOKS: &str = "webhook";
@@ -39,6 +40,8 @@ pub const CURSORS: &str = "webhook-cursor";
 pub const DEAD: &str = "webhook-dead";
 /// Dead letters queued for delivery again.
 pub const RETRY: &str = "webhook-retry";
+/// Push notification configs one task may have.
+pub const MAX_TASK_PUSHES: usize = 16;
 
 /// One thing to tell a subscription: its type, where it comes from, and
 /// the body (`type`, `timestamp`, `data` with the revision).
@@ -146,16 +149,92 @@ pub fn notifications(rev: &Revision) -> Vec<Notification> {
     out
 }
 
+/// What a committed revision tells a task's push config: the task's new
+/// state, in A2A's `StreamResponse` shape, when the revision changed it
+/// (`following` holds what the config was last told, and moves on).
+pub fn task_notification(
+    rev: &Revision,
+    task_id: &str,
+    following: &mut Following,
+) -> Option<Notification> {
+    let mut of_plan = None;
+    let mut lost = None;
+    let mut ancestors = None;
+    for e in rev.events.iter().filter(|e| e.session_id == task_id) {
+        match &e.object {
+            EventObject::Plan(p) if e.kind == EventKind::PlanUpdated => {
+                of_plan = Some(plan_state(&p.plan));
+            }
+            EventObject::Session(s) if e.kind != EventKind::SessionDeleted => {
+                lost = Some(s.lease.as_ref().is_some_and(|l| l.state == Liveness::Lost));
+            }
+            _ => continue,
+        }
+        ancestors = Some(e.ancestors.clone());
+    }
+    let state = following.revision(of_plan, lost)?;
+    let ancestors = ancestors.unwrap_or_default();
+    let context = ancestors.first().map_or(task_id, String::as_str);
+    let wire = format!(
+        "TASK_STATE_{}",
+        state.name().to_uppercase().replace('-', "_")
+    );
+    let body = json!({
+        "statusUpdate": {
+            "taskId": task_id,
+            "contextId": context,
+            "status": {"state": wire, "timestamp": rfc3339(rev.time)},
+            "metadata": {
+                "cairn_resume": Resume { revision: rev.revision, state }.token(),
+                "cairn_revision": rev.revision.to_string(),
+            },
+        },
+    });
+    Some(Notification {
+        kind: EventType::TaskStatus,
+        revision: rev.revision,
+        index: 0,
+        session_id: task_id.to_owned(),
+        ancestors,
+        body,
+    })
+}
+
 /// A webhook command, inside the write: admins only; each is a revision
 /// (without events: nothing a watcher follows changed).
 pub fn apply(ctx: &mut Ctx<'_>, caller: &Caller, c: &WebhookCommand) -> Result<u64> {
-    access::check_admin(caller)?;
     match c {
         WebhookCommand::Create(w) => {
+            let mut w = w.clone();
+            match &mut w.task {
+                Some(push) => {
+                    // A task's push config: whoever manages the session,
+                    // told from the state it is in now.
+                    let session = ops::authorize(ctx.txn, caller, Action::Manage, &push.task_id)?;
+                    let plan = ops::plan_or_default(ctx.txn, &push.task_id)?;
+                    let liveness = session.lease.as_ref().map(|l| l.state);
+                    push.state = Some(task_state(&plan.plan, liveness));
+                    let held = letters(
+                        ctx.txn,
+                        WEBHOOKS,
+                        &TaskPush::group(&push.task_id),
+                        None,
+                        MAX_TASK_PUSHES,
+                    )?;
+                    if held.len() >= MAX_TASK_PUSHES {
+                        return Err(Error::LimitExceeded {
+                            field: "task_id".into(),
+                            what: "push notification configs per task",
+                            limit: MAX_TASK_PUSHES,
+                            actual: held.len() + 1,
+                        });
+                    }
+                }
+                None => access::check_admin(caller)?,
+            }
             if ctx.txn.aux(WEBHOOKS, &w.webhook_id)?.is_some() {
                 return Err(Error::WebhookExists(w.webhook_id.clone()));
             }
-            let mut w = w.clone();
             w.created_by = access::submitter_id(caller);
             w.revision = ctx.next_revision();
             w.create_time = ctx.now;
@@ -163,8 +242,19 @@ pub fn apply(ctx: &mut Ctx<'_>, caller: &Caller, c: &WebhookCommand) -> Result<u
                 .put_aux(WEBHOOKS, &w.webhook_id, &codec::encode(&w)?)?;
         }
         WebhookCommand::Delete { webhook_id } => {
-            if ctx.txn.aux(WEBHOOKS, webhook_id)?.is_none() {
+            let Some(stored) = ctx.txn.aux(WEBHOOKS, webhook_id)? else {
+                if webhook_id.starts_with(TaskPush::PREFIX) {
+                    // Not even whether the task exists is told here.
+                    return Err(Error::WebhookNotFound(webhook_id.clone()));
+                }
+                access::check_admin(caller)?;
                 return Err(Error::WebhookNotFound(webhook_id.clone()));
+            };
+            match codec::decode::<Webhook>(&stored)?.task {
+                Some(push) => {
+                    ops::authorize(ctx.txn, caller, Action::Manage, &push.task_id)?;
+                }
+                None => access::check_admin(caller)?,
             }
             ctx.txn.delete_aux(WEBHOOKS, webhook_id)?;
             ctx.txn.delete_aux(CURSORS, webhook_id)?;
@@ -175,6 +265,7 @@ pub fn apply(ctx: &mut Ctx<'_>, caller: &Caller, c: &WebhookCommand) -> Result<u
             }
         }
         WebhookCommand::Retry { webhook_id, key } => {
+            access::check_admin(caller)?;
             let letter = match key.strip_prefix(&format!("{webhook_id}/")) {
                 Some(_) => ctx.txn.aux(DEAD, key)?,
                 None => None,
@@ -217,9 +308,28 @@ pub(crate) fn letters(
     Ok(out)
 }
 
-/// A stored cursor's revision.
+/// A stored cursor's revision (its first 8 bytes).
 pub(crate) fn cursor(bytes: &[u8]) -> u64 {
-    bytes.try_into().map(u64::from_be_bytes).unwrap_or_default()
+    bytes
+        .get(..8)
+        .and_then(|b| b.try_into().ok())
+        .map(u64::from_be_bytes)
+        .unwrap_or_default()
+}
+
+/// A task push's cursor also holds the state last told (a 9th byte).
+pub(crate) fn cursor_state(bytes: &[u8]) -> Option<TaskState> {
+    let i = usize::from(*bytes.get(8)?);
+    TaskState::ALL.get(i).copied()
+}
+
+/// The bytes of a cursor at `revision`, with the state last told.
+pub(crate) fn cursor_bytes(revision: u64, told: Option<TaskState>) -> Vec<u8> {
+    let mut out = revision.to_be_bytes().to_vec();
+    if let Some(i) = told.and_then(|t| TaskState::ALL.iter().position(|s| *s == t)) {
+        out.push(u8::try_from(i).unwrap_or_default());
+    }
+    out
 }
 
 #[cfg(test)]
@@ -290,5 +400,18 @@ mod tests {
         assert_eq!(n[0].ancestors, vec!["orch".to_owned()]);
         assert_eq!(n[1].body["data"]["item"]["resolution"]["reason"], "no");
         assert_eq!(n[1].key("ops"), "ops/00000000000000000007/0001");
+    }
+
+    #[test]
+    fn a_cursor_reads_back_with_and_without_a_state() {
+        for told in [
+            None,
+            Some(TaskState::InputRequired),
+            Some(TaskState::Failed),
+        ] {
+            let b = cursor_bytes(u64::MAX - 3, told);
+            assert_eq!((cursor(&b), cursor_state(&b)), (u64::MAX - 3, told));
+        }
+        assert_eq!(cursor(&[]), 0);
     }
 }

@@ -104,6 +104,7 @@ impl AdminApi {
             created_by: String::new(),
             create_time: 0,
             revision: 0,
+            task: None,
         };
         let id = webhook.webhook_id.clone();
         let (_, revision) = self

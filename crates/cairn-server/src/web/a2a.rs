@@ -49,6 +49,7 @@ const METHOD_NOT_FOUND: i64 = -32601;
 const INVALID_PARAMS: i64 = -32602;
 const INTERNAL_ERROR: i64 = -32603;
 const TASK_NOT_FOUND: i64 = -32001;
+const PUSH_NOT_SUPPORTED: i64 = -32003;
 const UNSUPPORTED_OPERATION: i64 = -32004;
 /// Cairn's own errors (access, the plan rules, storage): the server-error
 /// code JSON-RPC leaves to implementations, with the `ErrorInfo` saying
@@ -71,6 +72,7 @@ fn status_error(id: &Value, status: &tonic::Status) -> Value {
     let code = match (status.code(), reason) {
         (_, "TASK_NOT_FOUND") => TASK_NOT_FOUND,
         (_, "UNSUPPORTED_OPERATION") => UNSUPPORTED_OPERATION,
+        (_, "PUSH_NOTIFICATION_NOT_SUPPORTED") => PUSH_NOT_SUPPORTED,
         (Code::InvalidArgument, _) => INVALID_PARAMS,
         (Code::Internal | Code::Unknown, _) => INTERNAL_ERROR,
         _ => CAIRN_ERROR,

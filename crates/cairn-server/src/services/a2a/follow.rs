@@ -26,7 +26,7 @@ use cairn_core::error::{Error, Result};
 use cairn_core::liveness::Liveness;
 use cairn_core::plan::Checklist;
 use cairn_core::session::Session;
-use cairn_core::task::{Following, TaskState, plan_state};
+use cairn_core::task::{Following, Resume, TaskState, plan_state};
 use cairn_store::records::{EventKind, EventObject, PlanRecord};
 
 /// The URI of the resumption extension, declared in the agent card.
@@ -36,51 +36,6 @@ pub const RESUME_EXTENSION: &str = "urn:cairn:a2a:resume:v1";
 pub const RESUME_HEADER: &str = "cairn-resume";
 /// The metadata key of each streamed event's resume token.
 pub const RESUME_KEY: &str = "cairn_resume";
-
-/// Where a subscriber stands: every event of `revision` received, and
-/// `state` the last state told. As a token: `REVISION.STATE`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Resume {
-    pub revision: u64,
-    pub state: TaskState,
-}
-
-const STATES: [(TaskState, &str); 5] = [
-    (TaskState::Submitted, "submitted"),
-    (TaskState::Working, "working"),
-    (TaskState::InputRequired, "input-required"),
-    (TaskState::Completed, "completed"),
-    (TaskState::Failed, "failed"),
-];
-
-impl Resume {
-    /// The token a subscriber sends back.
-    pub fn token(self) -> String {
-        let name = STATES
-            .iter()
-            .find(|(s, _)| *s == self.state)
-            .map_or("working", |(_, n)| n);
-        format!("{}.{name}", self.revision)
-    }
-
-    /// A token as a subscriber sent it.
-    pub fn parse(token: &str) -> Result<Resume> {
-        let bad = || {
-            Error::invalid(
-                RESUME_HEADER,
-                "must be the cairn_resume token of an event of this stream (REVISION.STATE)",
-            )
-        };
-        let (revision, name) = token.trim().split_once('.').ok_or_else(bad)?;
-        let revision = revision.parse().map_err(|_| bad())?;
-        let state = STATES
-            .iter()
-            .find(|(_, n)| *n == name)
-            .map(|(s, _)| *s)
-            .ok_or_else(bad)?;
-        Ok(Resume { revision, state })
-    }
-}
 
 /// Where a task's stream ends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -300,15 +255,15 @@ mod tests {
 
     #[test]
     fn a_token_reads_back_and_a_bad_one_is_named() {
-        for (state, _) in STATES {
+        for state in TaskState::ALL {
             let at = Resume {
                 revision: 18_446_744_073_709_551_615,
                 state,
             };
-            assert_eq!(Resume::parse(&at.token()).unwrap(), at);
+            assert_eq!(Resume::parse(RESUME_HEADER, &at.token()).unwrap(), at);
         }
         for bad in ["", "12", "x.working", "12.lost", "-1.working", "12.Working"] {
-            let e = Resume::parse(bad).unwrap_err();
+            let e = Resume::parse(RESUME_HEADER, bad).unwrap_err();
             assert!(
                 matches!(&e, Error::InvalidField { field, .. } if field == RESUME_HEADER),
                 "{bad}: {e:?}"

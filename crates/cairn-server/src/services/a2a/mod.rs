@@ -12,6 +12,7 @@
 
 mod answer;
 mod follow;
+mod push;
 mod shape;
 
 use std::pin::Pin;
@@ -29,6 +30,7 @@ use cairn_api::a2a;
 use cairn_api::a2a::a2a_service_server::A2aService;
 use cairn_core::command::{Command, PlanWrite};
 use cairn_core::error::{Denial, Error, Excerpt, Result};
+use cairn_core::task::Resume;
 use cairn_store::hub::Topic;
 use cairn_store::reads::SessionQuery;
 
@@ -247,7 +249,10 @@ impl A2aApi {
         req: a2a::SubscribeToTaskRequest,
     ) -> Result<Stream> {
         let resume = match metadata.get(RESUME_HEADER) {
-            Some(v) => Some(follow::Resume::parse(v.to_str().unwrap_or_default())?),
+            Some(v) => Some(Resume::parse(
+                RESUME_HEADER,
+                v.to_str().unwrap_or_default(),
+            )?),
             None => None,
         };
         let task = self.task(who, &req.id, false).await?;
@@ -299,10 +304,6 @@ macro_rules! unsupported {
 
 unsupported! {
     cancel_task(a2a::CancelTaskRequest) -> a2a::Task = "CancelTask";
-    create_push(a2a::TaskPushNotificationConfig) -> a2a::TaskPushNotificationConfig = "push notifications";
-    get_push(a2a::GetTaskPushNotificationConfigRequest) -> a2a::TaskPushNotificationConfig = "push notifications";
-    list_push(a2a::ListTaskPushNotificationConfigsRequest) -> a2a::ListTaskPushNotificationConfigsResponse = "push notifications";
-    delete_push(a2a::DeleteTaskPushNotificationConfigRequest) -> () = "push notifications";
     extended_card(a2a::GetExtendedAgentCardRequest) -> a2a::AgentCard = "GetExtendedAgentCard";
 }
 

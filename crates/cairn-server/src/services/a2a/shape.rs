@@ -19,10 +19,16 @@ use cairn_store::records::PlanRecord;
 
 /// The agent card of a server whose gRPC listener is `grpc_url` (and whose
 /// JSON-RPC binding, on the web listener, is at `jsonrpc_url`), as A2A's
-/// JSON (the proto's JSON mapping): served at
+/// JSON (the proto's JSON mapping), with push notifications when webhooks
+/// are on (`push`): served at
 /// `/.well-known/agent-card.json`. With authentication on, every call
 /// needs a bearer token, as on every other Cairn API.
-pub fn agent_card_json(grpc_url: &str, jsonrpc_url: Option<&str>, auth: bool) -> Result<String> {
+pub fn agent_card_json(
+    grpc_url: &str,
+    jsonrpc_url: Option<&str>,
+    auth: bool,
+    push: bool,
+) -> Result<String> {
     let bearer = "bearer".to_owned();
     let interface = |url: &str, binding: &str| a2a::AgentInterface {
         url: url.to_owned(),
@@ -39,7 +45,7 @@ pub fn agent_card_json(grpc_url: &str, jsonrpc_url: Option<&str>, auth: bool) ->
         version: env!("CARGO_PKG_VERSION").into(),
         capabilities: Some(a2a::AgentCapabilities {
             streaming: Some(true),
-            push_notifications: Some(false),
+            push_notifications: Some(push),
             extensions: vec![a2a::AgentExtension {
                 uri: super::RESUME_EXTENSION.into(),
                 description: format!(
