@@ -7,7 +7,10 @@ resumes its stream with Cairn's extension."""
 
 import asyncio
 import contextlib
+import http.server
+import json
 import pathlib
+import threading
 import subprocess
 import tempfile
 
@@ -66,9 +69,9 @@ def _client(card, token=ADMIN, streaming=False, binding="GRPC"):
 
 
 @contextlib.contextmanager
-def _serve():
-    """A server with token auth and a web listener: its gRPC channel (as
-    the admin dials it) and both ports."""
+def _serve(*extra):
+    """A server with token auth and a web listener (and `extra` flags): its
+    gRPC channel (as the admin dials it) and both ports."""
     port, web = _free_port(), _free_port()
     data = tempfile.mkdtemp(prefix="cairn-a2a-")
     token_file = pathlib.Path(data) / "admin-token"
@@ -77,6 +80,7 @@ def _serve():
         [
             BINARY, "serve", "--listen", f"127.0.0.1:{port}", "--data-dir", data,
             "--web-listen", f"127.0.0.1:{web}", "--auth", "token", "--admin-token-file", str(token_file),
+            *extra,
         ],
         stderr=subprocess.DEVNULL,
     )
@@ -244,3 +248,83 @@ def test_the_sdk_subscribes_answers_the_approval_and_resumes(binding):
             await approver.close()
 
         asyncio.run(follow())
+
+
+class _Receiver(http.server.BaseHTTPRequestHandler):
+    """A push notification receiver: keeps what it is sent."""
+
+    got = []
+
+    def do_POST(self):  # noqa: N802 (the http.server API)
+        body = self.rfile.read(int(self.headers["content-length"]))
+        type(self).got.append((dict(self.headers), json.loads(body)))
+        self.send_response(200)
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+def test_push_notification_configs_deliver_each_state_change_through_the_webhook_outbox():
+    from cairn.v1 import auth_pb2 as auth
+    from cairn.v1 import auth_pb2_grpc
+
+    receiver = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Receiver)
+    threading.Thread(target=receiver.serve_forever, daemon=True).start()
+    hook = f"http://127.0.0.1:{receiver.server_address[1]}/a2a-push"
+    with _serve("--webhook-allow-http") as (ch, port, web):
+        coder = (("authorization", "Bearer " + auth_pb2_grpc.AuthServiceStub(ch).CreatePrincipal(
+            auth.CreatePrincipalRequest(principal=auth.Principal(
+                principal_id="coder", roles=[auth.ROLE_AGENT], agent_ids=["coder"])), metadata=META).token),)
+        session_pb2_grpc.SessionServiceStub(ch).CreateSession(session.CreateSessionRequest(
+            session=session.Session(session_id="sub", agent_id="coder")), metadata=META)
+        plans = plan_pb2_grpc.PlanServiceStub(ch)
+
+        async def push():
+            card = await _card(web)
+            assert card.capabilities.push_notifications
+            client = _client(card)
+            made = await client.create_task_push_notification_config(a2a.TaskPushNotificationConfig(
+                task_id="sub", url=hook, token="tok-123",
+                authentication=a2a.AuthenticationInfo(scheme="Bearer", credentials="receiver-secret")))
+            assert made.id and made.task_id == "sub"
+            # Read back without what is kept sealed.
+            got = await client.get_task_push_notification_config(
+                a2a.GetTaskPushNotificationConfigRequest(task_id="sub", id=made.id))
+            assert (got.url, got.token, got.authentication.scheme, got.authentication.credentials) == (
+                hook, "", "Bearer", "")
+
+            # The sub-agent works; each change of state is pushed once.
+            plans.UpdatePlan(plan.UpdatePlanRequest(session_id="sub", plan=[
+                plan.PlanItem(step=s, status=plan.STEP_STATUS_PENDING) for s in ("a", "b", "c", "d")]), metadata=coder)
+            plans.EnterPlanMode(plan.EnterPlanModeRequest(session_id="sub", goal="ship"), metadata=coder)
+            plans.ExitPlanMode(plan.ExitPlanModeRequest(session_id="sub", plan=plan.ImplementationPlan(
+                summary="ship it", steps=[plan.ImplementationStep(id=1, description="build")])), metadata=coder)
+            answer = a2a.SendMessageRequest(message=a2a.Message(
+                message_id="a", task_id="sub", role=a2a.ROLE_USER, parts=[a2a.Part(text="approve")]))
+            [_ async for _ in client.send_message(answer)]
+            plans.CompleteStep(plan.CompleteStepRequest(session_id="sub", step_id=1, verification_result="ok"), metadata=coder)
+            for _ in range(200):
+                if len(_Receiver.got) >= 4:
+                    break
+                await asyncio.sleep(0.05)
+            states = [b["statusUpdate"]["status"]["state"] for _, b in _Receiver.got]
+            assert states == ["TASK_STATE_WORKING", "TASK_STATE_INPUT_REQUIRED", "TASK_STATE_WORKING",
+                              "TASK_STATE_COMPLETED"], _Receiver.got
+            for headers, body in _Receiver.got:
+                headers = {k.lower(): v for k, v in headers.items()}
+                assert headers["x-a2a-notification-token"] == "tok-123"
+                assert headers["authorization"] == "Bearer receiver-secret"
+                assert headers["content-type"] == "application/a2a+json"
+                assert body["statusUpdate"]["taskId"] == "sub"
+            assert len({h["webhook-id"] for h, _ in _Receiver.got}) == 4
+
+            await client.delete_task_push_notification_config(
+                a2a.DeleteTaskPushNotificationConfigRequest(task_id="sub", id=made.id))
+            listed = await client.list_task_push_notification_configs(
+                a2a.ListTaskPushNotificationConfigsRequest(task_id="sub"))
+            assert list(listed.configs) == []
+            await client.close()
+
+        asyncio.run(push())
+    receiver.shutdown()
