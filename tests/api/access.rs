@@ -49,6 +49,9 @@ const MATRIX: &[(&str, &str, &str)] = &[
     ("SubscribeToTask", "YYYYY", "YNNNN"),
     // An answer through A2A is an approval: an approver's right.
     ("SendMessage", "YNNYN", "YNNNN"),
+    // A task's push configs: managing its session's right.
+    ("CreateTaskPushNotificationConfig", "YYNNN", "YNNNN"),
+    ("ListTaskPushNotificationConfigs", "YYNNN", "YNNNN"),
     ("EnterPlanMode", "YYYNN", "YNNNN"),
     ("ExitPlanMode", "YYYNN", "YNNNN"),
     ("GetPlanStatus", "YYYYY", "YNNNN"),
@@ -419,6 +422,28 @@ async fn call(
                     }),
                     ..Default::default()
                 })
+                .await
+                .map(drop),
+        ),
+        "CreateTaskPushNotificationConfig" => task_code(
+            who.tasks
+                .create_task_push_notification_config(pb::a2a::TaskPushNotificationConfig {
+                    task_id: s,
+                    // Never reached: delivery is not what this checks.
+                    url: "https://receiver.invalid/push".into(),
+                    ..Default::default()
+                })
+                .await
+                .map(drop),
+        ),
+        "ListTaskPushNotificationConfigs" => task_code(
+            who.tasks
+                .list_task_push_notification_configs(
+                    pb::a2a::ListTaskPushNotificationConfigsRequest {
+                        task_id: s,
+                        ..Default::default()
+                    },
+                )
                 .await
                 .map(drop),
         ),
