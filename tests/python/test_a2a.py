@@ -11,6 +11,7 @@ import http.server
 import json
 import pathlib
 import threading
+import time
 import subprocess
 import tempfile
 
@@ -69,11 +70,13 @@ def _client(card, token=ADMIN, streaming=False, binding="GRPC"):
 
 
 @contextlib.contextmanager
-def _serve(*extra):
-    """A server with token auth and a web listener (and `extra` flags): its
-    gRPC channel (as the admin dials it) and both ports."""
-    port, web = _free_port(), _free_port()
-    data = tempfile.mkdtemp(prefix="cairn-a2a-")
+def _serve(*extra, data=None, ports=None):
+    """A server with token auth and a web listener (and `extra` flags), on
+    `data` and `ports` when given (a restart): its gRPC channel (as the
+    admin dials it) and both ports. Stopped with SIGTERM at the end, or
+    killed by the caller first."""
+    port, web = ports or (_free_port(), _free_port())
+    data = data or tempfile.mkdtemp(prefix="cairn-a2a-")
     token_file = pathlib.Path(data) / "admin-token"
     token_file.write_text(ADMIN + "\n")
     server = subprocess.Popen(
@@ -87,9 +90,11 @@ def _serve(*extra):
     try:
         ch = grpc.insecure_channel(f"127.0.0.1:{port}")
         grpc.channel_ready_future(ch).result(timeout=30)
+        _serve.last = (server, data)
         yield ch, port, web
     finally:
-        server.terminate()
+        if server.poll() is None:
+            server.terminate()
         server.wait(timeout=30)
 
 
@@ -327,4 +332,77 @@ def test_push_notification_configs_deliver_each_state_change_through_the_webhook
             await client.close()
 
         asyncio.run(push())
+    receiver.shutdown()
+
+
+def test_a_push_config_tells_each_change_once_across_a_killed_server():
+    """At least once, and no change told twice: the config's cursor keeps
+    the state it last told, so a restarted server goes on from it."""
+    from cairn.v1 import auth_pb2 as auth
+    from cairn.v1 import auth_pb2_grpc
+
+    got = []
+
+    class Receiver(_Receiver):
+        pass
+
+    Receiver.got = got
+    receiver = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Receiver)
+    threading.Thread(target=receiver.serve_forever, daemon=True).start()
+    hook = f"http://127.0.0.1:{receiver.server_address[1]}/push"
+
+    def states():
+        # A receiver drops a repeat by its webhook-id, as Standard Webhooks say.
+        seen, out = set(), []
+        for headers, body in got:
+            wid = {k.lower(): v for k, v in headers.items()}["webhook-id"]
+            if wid not in seen:
+                seen.add(wid)
+                out.append(body["statusUpdate"]["status"]["state"])
+        return out
+
+    def wait_for(n):
+        for _ in range(300):
+            if len(states()) >= n:
+                return
+            time.sleep(0.05)
+        raise AssertionError(f"{states()} after 15 s")
+
+    ports = (_free_port(), _free_port())
+    with _serve("--webhook-allow-http", ports=ports) as (ch, port, web):
+        server, data = _serve.last
+        coder = (("authorization", "Bearer " + auth_pb2_grpc.AuthServiceStub(ch).CreatePrincipal(
+            auth.CreatePrincipalRequest(principal=auth.Principal(
+                principal_id="coder", roles=[auth.ROLE_AGENT], agent_ids=["coder"])), metadata=META).token),)
+        session_pb2_grpc.SessionServiceStub(ch).CreateSession(session.CreateSessionRequest(
+            session=session.Session(session_id="sub", agent_id="coder")), metadata=META)
+
+        async def configure():
+            client = _client(await _card(web))
+            await client.create_task_push_notification_config(
+                a2a.TaskPushNotificationConfig(task_id="sub", url=hook))
+            await client.close()
+
+        asyncio.run(configure())
+        plans = plan_pb2_grpc.PlanServiceStub(ch)
+        plans.UpdatePlan(plan.UpdatePlanRequest(session_id="sub", plan=[
+            plan.PlanItem(step=s, status=plan.STEP_STATUS_PENDING) for s in ("a", "b", "c", "d")]), metadata=coder)
+        plans.EnterPlanMode(plan.EnterPlanModeRequest(session_id="sub", goal="ship"), metadata=coder)
+        plans.ExitPlanMode(plan.ExitPlanModeRequest(session_id="sub", plan=plan.ImplementationPlan(
+            summary="ship it", steps=[plan.ImplementationStep(id=1, description="build"),
+                                      plan.ImplementationStep(id=2, description="ship")])), metadata=coder)
+        plans.ApprovePlan(plan.ApprovePlanRequest(session_id="sub"), metadata=META)
+        wait_for(3)
+        server.kill()
+        server.wait(timeout=30)
+    with _serve("--webhook-allow-http", data=data, ports=ports) as (ch, port, web):
+        plans = plan_pb2_grpc.PlanServiceStub(ch)
+        # Working still: nothing to tell, unless the restart forgot what it
+        # last told.
+        plans.CompleteStep(plan.CompleteStepRequest(session_id="sub", step_id=2, verification_result="ok"), metadata=coder)
+        plans.CompleteStep(plan.CompleteStepRequest(session_id="sub", step_id=1, verification_result="ok"), metadata=coder)
+        wait_for(4)
+        time.sleep(0.5)
+        assert states() == ["TASK_STATE_WORKING", "TASK_STATE_INPUT_REQUIRED", "TASK_STATE_WORKING",
+                            "TASK_STATE_COMPLETED"], got
     receiver.shutdown()
