@@ -46,6 +46,8 @@ const MATRIX: &[(&str, &str, &str)] = &[
     // A2A: a task is a session, read with a session's rights.
     ("GetTask", "YYYYY", "YNNNN"),
     ("ListTasks", "YNNNN", "YNNNN"),
+    // By context: a reader of the tree lists it.
+    ("ListTasksInContext", "YYYYY", "YNNNN"),
     ("SubscribeToTask", "YYYYY", "YNNNN"),
     // An answer through A2A is an approval: an approver's right.
     ("SendMessage", "YNNYN", "YNNNN"),
@@ -444,6 +446,15 @@ async fn call(
                         ..Default::default()
                     },
                 )
+                .await
+                .map(drop),
+        ),
+        "ListTasksInContext" => task_code(
+            who.tasks
+                .list_tasks(pb::a2a::ListTasksRequest {
+                    context_id: s,
+                    ..Default::default()
+                })
                 .await
                 .map(drop),
         ),

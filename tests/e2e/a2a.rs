@@ -220,6 +220,32 @@ async fn sessions_are_tasks_with_the_card_the_states_and_the_errors_a2a_names() 
         .unwrap_err();
     assert_eq!(e.code(), tonic::Code::InvalidArgument);
 
+    // By context: the tasks of one tree; a session that is no root is no
+    // task's context.
+    let by_context = |context: &str| a2a::ListTasksRequest {
+        context_id: context.into(),
+        ..Default::default()
+    };
+    let tree = tasks
+        .list_tasks(by_context("root"))
+        .await
+        .unwrap()
+        .into_inner();
+    let ids: Vec<&str> = tree.tasks.iter().map(|t| t.id.as_str()).collect();
+    assert_eq!(ids, ["root", "sub"]);
+    assert!(tree.tasks.iter().all(|t| t.context_id == "root"));
+    let none = tasks
+        .list_tasks(by_context("sub"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(none.tasks.is_empty());
+    let e = tasks.list_tasks(by_context("a/b")).await.unwrap_err();
+    assert_eq!(
+        e.get_details_bad_request().unwrap().field_violations[0].field,
+        "context_id"
+    );
+
     // Bad input names the field the caller sent.
     let e = tasks
         .list_tasks(a2a::ListTasksRequest {

@@ -135,6 +135,30 @@ pub fn subtree(view: &dyn ReadTxn, root: &str) -> Result<Vec<String>> {
     Ok(out)
 }
 
+/// One page of the sessions of the tree under `root`, in id order. The
+/// tree is walked whole for each page: a page costs the tree's size.
+pub fn list_tree(
+    view: &dyn ReadTxn,
+    root: &str,
+    after: Option<&str>,
+    limit: usize,
+) -> Result<SessionPage> {
+    let mut ids = subtree(view, root)?;
+    ids.retain(|id| after.is_none_or(|a| id.as_str() > a));
+    ids.sort_unstable();
+    let mut page = SessionPage::default();
+    for id in &ids {
+        if page.sessions.len() == limit {
+            page.next_after = page.sessions.last().map(|s| s.session_id.clone());
+            break;
+        }
+        if let Some(s) = view.session(id)? {
+            page.sessions.push(s);
+        }
+    }
+    Ok(page)
+}
+
 /// One page of sessions, optionally only one parent's children or one
 /// agent's sessions.
 pub fn list_sessions(

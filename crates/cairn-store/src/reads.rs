@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use cairn_core::access::{self, Action, Caller, TodoAction};
-use cairn_core::error::Result;
+use cairn_core::error::{Error, Result};
 use cairn_core::plan_mode::HistoryEntry;
 use cairn_core::session::Session;
 
@@ -26,6 +26,9 @@ pub struct SessionQuery {
     pub parent: Option<String>,
     /// Only this agent's sessions.
     pub agent: Option<String>,
+    /// Only the sessions of the tree under this root (itself included),
+    /// when it is a root; nothing when it is not one.
+    pub tree: Option<String>,
 }
 
 /// A page of a session's plan history.
@@ -124,20 +127,36 @@ impl Store {
             ("page_token", &q.after),
             ("parent_session_id", &q.parent),
             ("agent_id", &q.agent),
+            ("context_id", &q.tree),
         ] {
             if let Some(id) = id {
                 limits.check_resource_id(field, id)?;
             }
         }
-        match (&q.parent, &q.agent) {
-            (None, None) => access::check_everything(caller)?,
-            (None, Some(a)) => access::check_todos(caller, a, TodoAction::Read)?,
-            (Some(_), _) => {}
+        match (&q.parent, &q.agent, &q.tree) {
+            (None, None, None) => access::check_everything(caller)?,
+            (None, Some(a), None) => access::check_todos(caller, a, TodoAction::Read)?,
+            (Some(_), _, None) | (None, None, Some(_)) => {}
+            (_, _, Some(_)) => {
+                return Err(Error::Conflicting(
+                    "a tree is listed whole: not with a parent or an agent".into(),
+                ));
+            }
         }
         let caller = caller.clone();
         self.read(move |v| {
             if let Some(p) = &q.parent {
                 ops::authorize(v, &caller, Action::Read, p)?;
+            }
+            if let Some(root) = &q.tree {
+                let root_session = ops::authorize(v, &caller, Action::Read, root)?;
+                let page = if root_session.parent_session_id.is_some() {
+                    // Not a root: no session has it as its tree's root.
+                    SessionPage::default()
+                } else {
+                    ops::list_tree(v, root, q.after.as_deref(), q.limit)?
+                };
+                return Ok((page, v.revision()?));
             }
             let page = ops::list_sessions(
                 v,

@@ -103,6 +103,7 @@ impl SessionApi {
             limit,
             parent: given(parent_session_id),
             agent: given(agent_id),
+            tree: None,
         };
         let (page, revision) = self.state.store.list_sessions(&who.caller, query).await?;
         Ok(pb::ListSessionsResponse {

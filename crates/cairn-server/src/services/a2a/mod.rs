@@ -113,11 +113,6 @@ impl A2aApi {
                 format!("must be between 1 and {MAX_PAGE}"),
             ));
         }
-        if !req.context_id.is_empty() {
-            return Err(Error::UnsupportedOperation(
-                "ListTasks by context_id".into(),
-            ));
-        }
         if req.status_timestamp_after.is_some() {
             return Err(Error::UnsupportedOperation(
                 "ListTasks by status_timestamp_after".into(),
@@ -130,6 +125,7 @@ impl A2aApi {
             limit: usize::try_from(page_size).unwrap_or(1),
             parent: None,
             agent: None,
+            tree: (!req.context_id.is_empty()).then_some(req.context_id),
         };
         let (page, _) = self.state.store.list_sessions(&who.caller, q).await?;
         let artifacts = req.include_artifacts.unwrap_or(false);
