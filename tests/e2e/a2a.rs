@@ -324,7 +324,7 @@ async fn sessions_are_tasks_with_the_card_the_states_and_the_errors_a2a_names() 
 }
 
 /// The next event of a task stream (at most 10 s), or `None` once it ended.
-async fn next_event(
+pub(crate) async fn next_event(
     stream: &mut tonic::Streaming<a2a::StreamResponse>,
 ) -> Option<a2a::StreamResponse> {
     tokio::time::timeout(std::time::Duration::from_secs(10), stream.message())
@@ -335,7 +335,7 @@ async fn next_event(
 
 /// What an event tells: a state, a plan's text, or the task itself; and
 /// its resume token.
-fn told(e: &a2a::StreamResponse) -> (String, String) {
+pub(crate) fn told(e: &a2a::StreamResponse) -> (String, String) {
     use a2a::stream_response::Payload;
     let token =
         |m: &Option<prost_types::Struct>| match &m.as_ref().unwrap().fields["cairn_resume"].kind {

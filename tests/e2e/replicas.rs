@@ -1485,3 +1485,100 @@ async fn an_older_deployment_s_waiting_plans_reach_the_inbox() {
         [("old", pb::InboxItemKind::Plan, "plan_2026-11-01_abcdef")]
     );
 }
+
+/// A2A's resumption extension across replicas: a subscriber that followed
+/// a task on one replica resumes on the other from its last token, and
+/// sees every change after it once, in order, though the other replica
+/// made them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_a2a_subscriber_resumes_on_the_other_replica() {
+    use crate::a2a::{next_event, told};
+    use pb::a2a;
+    if !cairn_testkit::tools::etcd() {
+        return;
+    }
+    let cluster = EtcdCluster::start(3).await;
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (replica(&cluster, &dir, "a"), replica(&cluster, &dir, "b"));
+    let mut plans_a = PlanServiceClient::new(a.channel().await);
+    plans_a.update_plan(marked("job", "first")).await.unwrap();
+    let subscribe = |id: &str| a2a::SubscribeToTaskRequest {
+        id: id.into(),
+        ..Default::default()
+    };
+    let mut stream = a2a::a2a_service_client::A2aServiceClient::new(a.channel().await)
+        .subscribe_to_task(subscribe("job"))
+        .await
+        .unwrap()
+        .into_inner();
+    let mut seen = Vec::new();
+    let mut token = String::new();
+    plans_a
+        .enter_plan_mode(pb::EnterPlanModeRequest {
+            session_id: "job".into(),
+            goal: "ship".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    plans_a
+        .exit_plan_mode(pb::ExitPlanModeRequest {
+            session_id: "job".into(),
+            plan: Some(cairn_testkit::two_steps("a plan")),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    while seen.last().is_none_or(|s| s != "TASK_STATE_INPUT_REQUIRED") {
+        let (what, t) = told(&next_event(&mut stream).await.unwrap());
+        seen.push(what);
+        token = t;
+    }
+    drop(stream);
+
+    // The other replica makes the rest; the subscriber comes back there.
+    let mut plans_b = PlanServiceClient::new(b.channel().await);
+    plans_b
+        .approve_plan(pb::ApprovePlanRequest {
+            session_id: "job".into(),
+            approver: "lead".into(),
+            expected_revision: None,
+        })
+        .await
+        .unwrap();
+    for step_id in [1, 2] {
+        plans_b
+            .complete_step(pb::CompleteStepRequest {
+                session_id: "job".into(),
+                step_id,
+                verification_result: "ok".into(),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+    }
+    let mut req = tonic::Request::new(subscribe("job"));
+    req.metadata_mut()
+        .insert("cairn-resume", token.parse().unwrap());
+    let mut stream = a2a::a2a_service_client::A2aServiceClient::new(b.channel().await)
+        .subscribe_to_task(req)
+        .await
+        .unwrap()
+        .into_inner();
+    while let Some(e) = next_event(&mut stream).await {
+        seen.push(told(&e).0);
+    }
+    assert_eq!(
+        seen,
+        [
+            "task TASK_STATE_WORKING",
+            "TASK_STATE_INPUT_REQUIRED",
+            "task TASK_STATE_INPUT_REQUIRED",
+            "plan [>] one\n[ ] two",
+            "TASK_STATE_WORKING",
+            "plan [x] one\n[>] two",
+            "plan [x] one\n[x] two",
+            "TASK_STATE_COMPLETED",
+        ]
+    );
+}
