@@ -7,8 +7,9 @@
 //! read, and what a caller may not see is a task that is not found, as A2A
 //! asks. `SubscribeToTask` follows the session's watch ([`follow`]);
 //! `SendMessage` answers what the task awaits ([`answer`]), applied as the
-//! plan command it is. What this server does not offer yet answers A2A's
-//! `UNSUPPORTED_OPERATION`.
+//! plan command it is; a push notification config is a webhook
+//! subscription to the task ([`push`]). What this server does not offer
+//! answers A2A's `UNSUPPORTED_OPERATION`.
 
 mod answer;
 mod follow;
@@ -186,9 +187,11 @@ impl A2aApi {
             .read_plan(&who.caller, id.clone())
             .await
             .map_err(as_task(&id))?;
+        // The answer was chosen for the plan as read: applied to that plan
+        // only, so a change in between is ABORTED, not answered blindly.
         let write = PlanWrite {
             session_id: id.clone(),
-            expected_revision: None,
+            expected_revision: (hot.record.revision > 0).then_some(hot.record.revision),
             command: answer::command(answer, &hot.record.plan.mode)?,
         };
         self.state
@@ -285,7 +288,12 @@ impl A2aApi {
     }
 }
 
-/// The A2A operations not offered yet.
+/// The task a message is sent to, for the span.
+fn message_task(r: &a2a::SendMessageRequest) -> &str {
+    r.message.as_ref().map_or("", |m| m.task_id.as_str())
+}
+
+/// The A2A operations not offered.
 macro_rules! unsupported {
     ($($name:ident($req:ty) -> $resp:ty = $what:literal;)*) => {
         impl A2aApi {
@@ -307,9 +315,9 @@ rpcs! {
     impl A2aService for A2aApi {
         type SendStreamingMessageStream = Stream;
         type SubscribeToTaskStream = Stream;
-        #[instrument(skip_all)]
+        #[instrument(skip_all, fields(task_id = %Excerpt(message_task(r.get_ref()))))]
         fn send_message(r: a2a::SendMessageRequest) -> a2a::SendMessageResponse => send_message;
-        #[instrument(skip_all)]
+        #[instrument(skip_all, fields(task_id = %Excerpt(message_task(r.get_ref()))))]
         fn send_streaming_message(r: a2a::SendMessageRequest) -> Stream => send_streaming_message;
         #[instrument(skip_all, fields(task_id = %Excerpt(&r.get_ref().id)))]
         fn get_task(r: a2a::GetTaskRequest) -> a2a::Task => get_task;
@@ -319,15 +327,15 @@ rpcs! {
         fn cancel_task(r: a2a::CancelTaskRequest) -> a2a::Task => cancel_task;
         #[instrument(skip_all, fields(task_id = %Excerpt(&r.get_ref().id)))]
         fn subscribe_to_task(r: a2a::SubscribeToTaskRequest) -> Stream => subscribe_to_task with metadata;
-        #[instrument(skip_all)]
+        #[instrument(skip_all, fields(task_id = %Excerpt(&r.get_ref().task_id)))]
         fn create_task_push_notification_config(r: a2a::TaskPushNotificationConfig) -> a2a::TaskPushNotificationConfig => create_push;
-        #[instrument(skip_all)]
+        #[instrument(skip_all, fields(task_id = %Excerpt(&r.get_ref().task_id)))]
         fn get_task_push_notification_config(r: a2a::GetTaskPushNotificationConfigRequest) -> a2a::TaskPushNotificationConfig => get_push;
-        #[instrument(skip_all)]
+        #[instrument(skip_all, fields(task_id = %Excerpt(&r.get_ref().task_id)))]
         fn list_task_push_notification_configs(r: a2a::ListTaskPushNotificationConfigsRequest) -> a2a::ListTaskPushNotificationConfigsResponse => list_push;
         #[instrument(skip_all)]
         fn get_extended_agent_card(r: a2a::GetExtendedAgentCardRequest) -> a2a::AgentCard => extended_card;
-        #[instrument(skip_all)]
+        #[instrument(skip_all, fields(task_id = %Excerpt(&r.get_ref().task_id)))]
         fn delete_task_push_notification_config(r: a2a::DeleteTaskPushNotificationConfigRequest) -> () => delete_push;
     }
 }
