@@ -329,6 +329,18 @@ def test_push_notification_configs_deliver_each_state_change_through_the_webhook
             listed = await client.list_task_push_notification_configs(
                 a2a.ListTaskPushNotificationConfigsRequest(task_id="sub"))
             assert list(listed.configs) == []
+
+            # A deleted session takes its configs along: made again under
+            # the same id, it has none.
+            await client.create_task_push_notification_config(
+                a2a.TaskPushNotificationConfig(task_id="sub", id="second", url=hook))
+            sessions = session_pb2_grpc.SessionServiceStub(ch)
+            sessions.DeleteSession(session.DeleteSessionRequest(session_id="sub"), metadata=META)
+            sessions.CreateSession(session.CreateSessionRequest(
+                session=session.Session(session_id="sub", agent_id="coder")), metadata=META)
+            listed = await client.list_task_push_notification_configs(
+                a2a.ListTaskPushNotificationConfigsRequest(task_id="sub"))
+            assert list(listed.configs) == []
             await client.close()
 
         asyncio.run(push())

@@ -578,6 +578,7 @@ fn delete_session(
         ctx.txn.delete_session(sid)?;
         ctx.txn.delete_plan(sid)?;
         ctx.txn.delete_history(sid)?;
+        crate::webhooks::forget_task(ctx, sid)?;
         if let Some(p) = &s.parent_session_id {
             ctx.txn.delete_child(p, sid)?;
         }

@@ -256,13 +256,7 @@ pub fn apply(ctx: &mut Ctx<'_>, caller: &Caller, c: &WebhookCommand) -> Result<u
                 }
                 None => access::check_admin(caller)?,
             }
-            ctx.txn.delete_aux(WEBHOOKS, webhook_id)?;
-            ctx.txn.delete_aux(CURSORS, webhook_id)?;
-            for space in [DEAD, RETRY] {
-                for (key, _) in letters(ctx.txn, space, webhook_id, None, usize::MAX)? {
-                    ctx.txn.delete_aux(space, &key)?;
-                }
-            }
+            delete_subscription(ctx, webhook_id)?;
         }
         WebhookCommand::Retry { webhook_id, key } => {
             access::check_admin(caller)?;
@@ -278,6 +272,29 @@ pub fn apply(ctx: &mut Ctx<'_>, caller: &Caller, c: &WebhookCommand) -> Result<u
         }
     }
     ctx.commit(Vec::new())
+}
+
+/// A subscription with its cursor and its letters.
+fn delete_subscription(ctx: &mut Ctx<'_>, webhook_id: &str) -> Result<()> {
+    ctx.txn.delete_aux(WEBHOOKS, webhook_id)?;
+    ctx.txn.delete_aux(CURSORS, webhook_id)?;
+    for space in [DEAD, RETRY] {
+        for (key, _) in letters(ctx.txn, space, webhook_id, None, usize::MAX)? {
+            ctx.txn.delete_aux(space, &key)?;
+        }
+    }
+    Ok(())
+}
+
+/// Drops a deleted session's push notification configs, inside its
+/// deletion: a session made again under the id starts with none, and
+/// nobody is told of a task that is gone.
+pub(crate) fn forget_task(ctx: &mut Ctx<'_>, task_id: &str) -> Result<()> {
+    let group = TaskPush::group(task_id);
+    for (key, _) in letters(ctx.txn, WEBHOOKS, &group, None, MAX_TASK_PUSHES)? {
+        delete_subscription(ctx, &key)?;
+    }
+    Ok(())
 }
 
 /// Entries of `space` for one subscription, after `after`, at most `limit`.
