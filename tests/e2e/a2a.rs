@@ -791,3 +791,43 @@ async fn the_json_rpc_binding_answers_with_the_codes_json_rpc_and_a2a_name_and_r
     assert!(ids[2].ends_with(".completed"), "{body}");
     p.stop().await;
 }
+
+#[tokio::test]
+async fn push_configs_are_bounded_per_task_and_a_taken_id_is_named_as_taken() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = with_admin(dir.path(), &[]);
+    let channel = p.channel().await;
+    let admin = Bearer::new(Some(ADMIN_TOKEN));
+    pb::session_service_client::SessionServiceClient::with_interceptor(
+        channel.clone(),
+        admin.clone(),
+    )
+    .create_session(session("job", ""))
+    .await
+    .unwrap();
+    let mut tasks = a2a::a2a_service_client::A2aServiceClient::with_interceptor(channel, admin);
+    let config = |id: &str| a2a::TaskPushNotificationConfig {
+        task_id: "job".into(),
+        id: id.into(),
+        url: "https://receiver.invalid/push".into(),
+        ..Default::default()
+    };
+    for i in 0..16 {
+        tasks
+            .create_task_push_notification_config(config(&format!("c{i}")))
+            .await
+            .unwrap();
+    }
+    // A taken id is taken, full or not; a new one past the bound is refused.
+    let e = tasks
+        .create_task_push_notification_config(config("c1"))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::AlreadyExists, "{e:?}");
+    let e = tasks
+        .create_task_push_notification_config(config("c16"))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::ResourceExhausted, "{e:?}");
+    p.stop().await;
+}

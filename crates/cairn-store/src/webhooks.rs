@@ -200,8 +200,9 @@ pub fn task_notification(
     })
 }
 
-/// A webhook command, inside the write: admins only; each is a revision
-/// (without events: nothing a watcher follows changed).
+/// A webhook command, inside the write: admins only, except a task's push
+/// config, which whoever manages the session may make and delete; each is
+/// a revision (without events: nothing a watcher follows changed).
 pub fn apply(ctx: &mut Ctx<'_>, caller: &Caller, c: &WebhookCommand) -> Result<u64> {
     match c {
         WebhookCommand::Create(w) => {
@@ -214,26 +215,23 @@ pub fn apply(ctx: &mut Ctx<'_>, caller: &Caller, c: &WebhookCommand) -> Result<u
                     let plan = ops::plan_or_default(ctx.txn, &push.task_id)?;
                     let liveness = session.lease.as_ref().map(|l| l.state);
                     push.state = Some(task_state(&plan.plan, liveness));
-                    let held = letters(
-                        ctx.txn,
-                        WEBHOOKS,
-                        &TaskPush::group(&push.task_id),
-                        None,
-                        MAX_TASK_PUSHES,
-                    )?;
-                    if held.len() >= MAX_TASK_PUSHES {
-                        return Err(Error::LimitExceeded {
-                            field: "task_id".into(),
-                            what: "push notification configs per task",
-                            limit: MAX_TASK_PUSHES,
-                            actual: held.len() + 1,
-                        });
-                    }
                 }
                 None => access::check_admin(caller)?,
             }
             if ctx.txn.aux(WEBHOOKS, &w.webhook_id)?.is_some() {
                 return Err(Error::WebhookExists(w.webhook_id.clone()));
+            }
+            if let Some(push) = &w.task {
+                let group = TaskPush::group(&push.task_id);
+                let held = letters(ctx.txn, WEBHOOKS, &group, None, MAX_TASK_PUSHES)?;
+                if held.len() >= MAX_TASK_PUSHES {
+                    return Err(Error::LimitExceeded {
+                        field: "task_id".into(),
+                        what: "push notification configs per task",
+                        limit: MAX_TASK_PUSHES,
+                        actual: held.len() + 1,
+                    });
+                }
             }
             w.created_by = access::submitter_id(caller);
             w.revision = ctx.next_revision();
