@@ -2,7 +2,7 @@
 // (@a2a-js/sdk 1.3.0, pinned in package.json, installed by .ci/run): the
 // SDK resolves the agent card, lists and gets tasks, subscribes to a
 // sub-agent's task while the sub-agent works through its plan over Cairn's
-// own API, answers the approval as another principal, and resumes the
+// own gRPC API, answers the approval as another principal, and resumes the
 // stream with Cairn's extension after going away. Over JSON-RPC (the web
 // listener) and gRPC (the gRPC port), each with the SDK's own transport.
 //
@@ -19,6 +19,8 @@ import { join } from "node:path";
 import { GetTaskRequest, ListTasksRequest, SendMessageRequest, SubscribeToTaskRequest } from "@a2a-js/sdk";
 import { ClientFactory, ClientFactoryOptions, JsonRpcTransportFactory } from "@a2a-js/sdk/client";
 import { GrpcTransportFactory } from "@a2a-js/sdk/client/grpc";
+import * as grpc from "@grpc/grpc-js";
+import * as protoLoader from "@grpc/proto-loader";
 
 const BIN = process.env.CAIRN_BIN ?? "../../target/debug/cairn";
 const ADMIN = "node-a2a-admin-token-0123456789abcdef";
@@ -36,12 +38,12 @@ function freePort() {
 
 /** A server with token auth and a web listener; stopped by the caller. */
 async function serve() {
-  const [grpc, web] = [await freePort(), await freePort()];
+  const [grpcPort, web] = [await freePort(), await freePort()];
   const data = mkdtempSync(join(tmpdir(), "cairn-a2a-node-"));
   writeFileSync(join(data, "admin-token"), `${ADMIN}\n`, { mode: 0o600 });
   const proc = spawn(
     BIN,
-    ["serve", "--listen", `127.0.0.1:${grpc}`, "--web-listen", `127.0.0.1:${web}`,
+    ["serve", "--listen", `127.0.0.1:${grpcPort}`, "--web-listen", `127.0.0.1:${web}`,
       "--data-dir", join(data, "db"), "--auth", "token", "--admin-token-file", join(data, "admin-token")],
     { stdio: ["ignore", "ignore", "inherit"] },
   );
@@ -55,19 +57,30 @@ async function serve() {
     if (i > 300) throw new Error("cairn serve did not start");
     await new Promise((r) => setTimeout(r, 100));
   }
-  return { proc, webUrl, api: `http://127.0.0.1:${grpc}` };
+  return { proc, webUrl, grpc: `127.0.0.1:${grpcPort}` };
 }
 
-/** One call of Cairn's own API (Connect JSON on the gRPC port), as a token. */
+/** Cairn's own gRPC API, as a sub-agent and an admin call it. */
+const cairnApi = grpc.loadPackageDefinition(
+  protoLoader.loadSync(["cairn/v1/plan.proto", "cairn/v1/session.proto", "cairn/v1/auth.proto"], {
+    includeDirs: [new URL("../../proto", import.meta.url).pathname],
+    enums: String,
+  }),
+).cairn.v1;
+
+/** One call of Cairn's own API over gRPC, as a token. */
 async function cairn(server, token, method, body) {
-  const res = await fetch(`${server.api}/cairn.v1.${method}`, {
-    method: "POST",
-    headers: { "content-type": "application/json", authorization: `Bearer ${token}` },
-    body: JSON.stringify(body),
-  });
-  const json = await res.json();
-  assert.equal(res.status, 200, `${method}: ${JSON.stringify(json)}`);
-  return json;
+  const [service, rpc] = method.split("/");
+  const client = new cairnApi[service](server.grpc, grpc.credentials.createInsecure());
+  const metadata = new grpc.Metadata();
+  metadata.set("authorization", `Bearer ${token}`);
+  try {
+    return await new Promise((resolve, reject) =>
+      client[rpc](body, metadata, (err, res) => (err ? reject(new Error(`${method}: ${err.message}`)) : resolve(res))),
+    );
+  } finally {
+    client.close();
+  }
 }
 
 /** An SDK client of `binding` presenting `token` on every call (a
