@@ -122,6 +122,12 @@ impl TaskPush {
     /// Every config's id starts with this; no other subscription's can,
     /// since ids hold no `/`.
     pub const PREFIX: &'static str = "a2a/";
+
+    /// The task of a config's subscription id, if it is one.
+    pub fn task_of(webhook_id: &str) -> Option<&str> {
+        let rest = webhook_id.strip_prefix(Self::PREFIX)?;
+        rest.split_once('/').map(|(task, _)| task)
+    }
 }
 
 /// Longest URL a subscription takes.

@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use cairn_core::access::{self, Action, Caller, Role, SessionFacts};
 use cairn_core::command::{
     Command, Decision, LeaseOp, PlanCommand, PlanOutcome, PlanWrite, PrincipalCommand,
-    SessionCommand, SessionPatch, TodoCommand,
+    SessionCommand, SessionPatch, TodoCommand, WebhookCommand,
 };
 use cairn_core::deadline::Deadline;
 use cairn_core::error::{Error, Result};
@@ -20,7 +20,9 @@ use cairn_core::inbox::{self, Awaited};
 use cairn_core::liveness::{self, Lease, Liveness};
 use cairn_core::plan_mode::PlanModeState;
 use cairn_core::session::{self, Session};
+use cairn_core::task::task_state;
 use cairn_core::todo::{self, TodoInput};
+use cairn_core::webhook::TaskPush;
 use cairn_core::{Limits, SessionPlan, check_expected_revision};
 
 use crate::records::{
@@ -517,6 +519,36 @@ fn lease(
     Ok((s, rev))
 }
 
+/// A webhook command with what only the sessions can say about a task's
+/// push config: its session authorized for the caller (whoever manages
+/// it), and on creation the task's state now, from which it is told.
+/// [`crate::webhooks::apply`] takes such a command as authorized.
+fn task_push_checked(
+    ctx: &mut Ctx<'_>,
+    caller: &Caller,
+    c: &WebhookCommand,
+) -> Result<WebhookCommand> {
+    match c {
+        WebhookCommand::Create(w) => {
+            let mut w = w.clone();
+            if let Some(push) = w.task.as_mut() {
+                let session = authorize(ctx.txn, caller, Action::Manage, &push.task_id)?;
+                let plan = plan_or_default(ctx.txn, &push.task_id)?;
+                let liveness = session.lease.as_ref().map(|l| l.state);
+                push.state = Some(task_state(&plan.plan, liveness));
+            }
+            Ok(WebhookCommand::Create(w))
+        }
+        WebhookCommand::Delete { webhook_id } => {
+            if let Some(task) = TaskPush::task_of(webhook_id) {
+                authorize(ctx.txn, caller, Action::Manage, task)?;
+            }
+            Ok(c.clone())
+        }
+        WebhookCommand::Retry { .. } => Ok(c.clone()),
+    }
+}
+
 /// `DeleteSession`: the session (and with `cascade`, its subtree) with plans
 /// and history, in one revision. Returns the deleted ids, requested first.
 fn delete_session(
@@ -824,7 +856,10 @@ pub fn apply(
                 write_todos(ctx, agent_id, items.clone(), *expected_revision, limits)?;
             Ok((Applied::Todos(list), rev))
         }
-        Command::Webhook(c) => Ok((Applied::Webhook, crate::webhooks::apply(ctx, caller, c)?)),
+        Command::Webhook(c) => {
+            let c = task_push_checked(ctx, caller, c)?;
+            Ok((Applied::Webhook, crate::webhooks::apply(ctx, caller, &c)?))
+        }
         Command::Principal(c) => {
             access::check_admin(caller)?;
             match c {

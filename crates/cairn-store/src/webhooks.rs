@@ -17,20 +17,20 @@
 //! every revision a subscription has not handled yet. What the deliverer
 //! reads and writes through the store is in [`crate::outbox`].
 
-use cairn_core::access::{self, Action, Caller};
+use cairn_core::access::{self, Caller};
 use cairn_core::command::WebhookCommand;
 use cairn_core::error::{Error, Result};
 use cairn_core::liveness::Liveness;
 use cairn_core::plan_mode::Outcome;
-use cairn_core::task::{Following, Resume, TaskState, plan_state, task_state};
-use cairn_core::webhook::{EventType, TaskPush, Webhook};
+use cairn_core::task::{Following, Resume, TaskState, plan_state};
+use cairn_core::webhook::{EventType, TaskPush};
 use cairn_core::{Micros, rfc3339};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
+use crate::codec;
 use crate::records::{Decided, EventKind, EventObject, Revision};
 use crate::seam::{Ctx, ReadTxn};
-use crate::{codec, ops};
 
 /// Subscriptions, by id.
 pub const WEBHOOKS: &str = "webhook";
@@ -201,22 +201,15 @@ pub fn task_notification(
 }
 
 /// A webhook command, inside the write: admins only, except a task's push
-/// config, which whoever manages the session may make and delete; each is
-/// a revision (without events: nothing a watcher follows changed).
-pub fn apply(ctx: &mut Ctx<'_>, caller: &Caller, c: &WebhookCommand) -> Result<u64> {
+/// config, which whoever manages the session may make and delete (checked,
+/// and its state filled in, by the caller: `ops`, which knows sessions);
+/// each is a revision (without events: nothing a watcher follows changed).
+pub(crate) fn apply(ctx: &mut Ctx<'_>, caller: &Caller, c: &WebhookCommand) -> Result<u64> {
     match c {
         WebhookCommand::Create(w) => {
             let mut w = w.clone();
-            match &mut w.task {
-                Some(push) => {
-                    // A task's push config: whoever manages the session,
-                    // told from the state it is in now.
-                    let session = ops::authorize(ctx.txn, caller, Action::Manage, &push.task_id)?;
-                    let plan = ops::plan_or_default(ctx.txn, &push.task_id)?;
-                    let liveness = session.lease.as_ref().map(|l| l.state);
-                    push.state = Some(task_state(&plan.plan, liveness));
-                }
-                None => access::check_admin(caller)?,
+            if w.task.is_none() {
+                access::check_admin(caller)?;
             }
             if ctx.txn.aux(WEBHOOKS, &w.webhook_id)?.is_some() {
                 return Err(Error::WebhookExists(w.webhook_id.clone()));
@@ -240,19 +233,11 @@ pub fn apply(ctx: &mut Ctx<'_>, caller: &Caller, c: &WebhookCommand) -> Result<u
                 .put_aux(WEBHOOKS, &w.webhook_id, &codec::encode(&w)?)?;
         }
         WebhookCommand::Delete { webhook_id } => {
-            let Some(stored) = ctx.txn.aux(WEBHOOKS, webhook_id)? else {
-                if webhook_id.starts_with(TaskPush::PREFIX) {
-                    // Not even whether the task exists is told here.
-                    return Err(Error::WebhookNotFound(webhook_id.clone()));
-                }
+            if TaskPush::task_of(webhook_id).is_none() {
                 access::check_admin(caller)?;
+            }
+            if ctx.txn.aux(WEBHOOKS, webhook_id)?.is_none() {
                 return Err(Error::WebhookNotFound(webhook_id.clone()));
-            };
-            match codec::decode::<Webhook>(&stored)?.task {
-                Some(push) => {
-                    ops::authorize(ctx.txn, caller, Action::Manage, &push.task_id)?;
-                }
-                None => access::check_admin(caller)?,
             }
             delete_subscription(ctx, webhook_id)?;
         }
