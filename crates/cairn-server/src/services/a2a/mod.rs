@@ -219,23 +219,14 @@ impl A2aApi {
                 "SendMessage answered without its task".into(),
             ));
         };
-        let events = super::watch::open(
-            &self.state,
+        self.stream(
             who,
-            Topic::Session(task.id.clone()),
-            Start::Snapshot,
-            self.state.progress_interval,
-        )
-        .await
-        .map_err(as_task(&task.id))?;
-        let stream = follow::follow(
-            events,
             task.id,
             task.context_id,
             None,
             follow::Until::Interrupted,
-        );
-        Ok(Box::pin(stream.map(|r| r.map_err(status))))
+        )
+        .await
     }
 
     /// The task's stream: the task, then its changes, until it ends. With
@@ -265,25 +256,39 @@ impl A2aApi {
                 req.id
             )));
         }
+        self.stream(
+            who,
+            req.id,
+            task.context_id,
+            resume,
+            follow::Until::Terminal,
+        )
+        .await
+    }
+
+    /// The stream of task `id` (in `context`) from its session's watch:
+    /// from a snapshot, or after `resume`, `until` the state that ends it.
+    async fn stream(
+        &self,
+        who: &Authenticated,
+        id: String,
+        context: String,
+        resume: Option<Resume>,
+        until: follow::Until,
+    ) -> Result<Stream> {
         let start = resume.map_or(Start::Snapshot, |r| {
             Start::From(r.revision.saturating_add(1))
         });
         let events = super::watch::open(
             &self.state,
             who,
-            Topic::Session(req.id.clone()),
+            Topic::Session(id.clone()),
             start,
             self.state.progress_interval,
         )
         .await
-        .map_err(as_task(&req.id))?;
-        let stream = follow::follow(
-            events,
-            req.id,
-            task.context_id,
-            resume,
-            follow::Until::Terminal,
-        );
+        .map_err(as_task(&id))?;
+        let stream = follow::follow(events, id, context, resume, until);
         Ok(Box::pin(stream.map(|r| r.map_err(status))))
     }
 }
