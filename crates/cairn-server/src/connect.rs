@@ -345,10 +345,23 @@ fn method(path: &str) -> Result<MethodDescriptor, ConnectError> {
         .trim_start_matches('/')
         .split_once('/')
         .ok_or_else(not_found)?;
+    method_of(service, name).ok_or_else(not_found)
+}
+
+/// The method `name` of the API's `service` (full name), if there is one.
+pub(crate) fn method_of(service: &str, name: &str) -> Option<MethodDescriptor> {
     POOL.as_ref()
         .and_then(|p| p.get_service_by_name(service))
         .and_then(|s| s.methods().find(|m| m.name() == name))
-        .ok_or_else(not_found)
+}
+
+/// A message of the API as its descriptor sees it, for the proto JSON
+/// mapping (`serde` of the result): the A2A card and JSON-RPC answers.
+pub(crate) fn dynamic<M: prost::Message>(
+    desc: prost_reflect::MessageDescriptor,
+    message: &M,
+) -> Result<DynamicMessage, String> {
+    DynamicMessage::decode(desc, message.encode_to_vec().as_slice()).map_err(|e| e.to_string())
 }
 
 /// Request bytes in the codec's form → protobuf; a large JSON body waits

@@ -27,7 +27,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use prost::Message;
-use prost_reflect::DynamicMessage;
+use prost_reflect::{DynamicMessage, MethodDescriptor};
 use serde_json::{Value, json};
 use tokio_stream::{Stream, StreamExt};
 use tonic::Code;
@@ -38,6 +38,9 @@ use crate::auth::Authenticated;
 use crate::services::a2a::{A2aApi, RESUME_HEADER, RESUME_KEY};
 use cairn_api::a2a;
 use cairn_api::a2a::a2a_service_server::A2aService;
+
+/// The service the binding serves, by its full name.
+const A2A_SERVICE: &str = "lf.a2a.v1.A2AService";
 
 /// Where the binding is served on the web listener.
 pub const JSONRPC_PATH: &str = "/a2a";
@@ -112,32 +115,23 @@ fn json_response(status: StatusCode, body: &Value) -> Response {
         .into_response()
 }
 
-/// `params` as the request message `name`, by the proto JSON mapping.
-fn request<M: Message + Default>(id: &Value, name: &str, params: Value) -> Result<M, Value> {
+/// `params` as the request message of `m`, by the proto JSON mapping.
+fn request<M: Message + Default>(
+    id: &Value,
+    m: &MethodDescriptor,
+    params: Value,
+) -> Result<M, Value> {
     let invalid =
         |why: String| rpc_error(id, INVALID_PARAMS, &format!("params: {why}"), Vec::new());
-    let desc = crate::connect::pool()
-        .and_then(|p| p.get_message_by_name(name))
-        .ok_or_else(|| {
-            rpc_error(
-                id,
-                INTERNAL_ERROR,
-                &format!("{name} is not in the descriptors"),
-                Vec::new(),
-            )
-        })?;
     let params = if params.is_null() { json!({}) } else { params };
-    let dynamic = DynamicMessage::deserialize(desc, params).map_err(|e| invalid(e.to_string()))?;
+    let dynamic =
+        DynamicMessage::deserialize(m.input(), params).map_err(|e| invalid(e.to_string()))?;
     M::decode(dynamic.encode_to_vec().as_slice()).map_err(|e| invalid(e.to_string()))
 }
 
-/// A response message `name` in the proto JSON mapping.
-fn result<M: Message>(name: &str, message: &M) -> Result<Value, String> {
-    let desc = crate::connect::pool()
-        .and_then(|p| p.get_message_by_name(name))
-        .ok_or_else(|| format!("{name} is not in the descriptors"))?;
-    let dynamic = DynamicMessage::decode(desc, message.encode_to_vec().as_slice())
-        .map_err(|e| e.to_string())?;
+/// A response message of `m` in the proto JSON mapping.
+fn result<M: Message>(m: &MethodDescriptor, message: &M) -> Result<Value, String> {
+    let dynamic = crate::connect::dynamic(m.output(), message)?;
     serde_json::to_value(&dynamic).map_err(|e| e.to_string())
 }
 
@@ -181,13 +175,13 @@ fn resume_token(event: &a2a::StreamResponse) -> Option<String> {
 
 /// A stream of task events as server-sent events, one JSON-RPC response
 /// each; an error ends it as a JSON-RPC error.
-fn sse(id: Value, events: Events) -> Response {
+fn sse(id: Value, m: MethodDescriptor, events: Events) -> Response {
     let out = async_stream::stream! {
         tokio::pin!(events);
         while let Some(item) = events.next().await {
             match item {
                 Ok(event) => {
-                    let body = match result("lf.a2a.v1.StreamResponse", &event) {
+                    let body = match result(&m, &event) {
                         Ok(r) => json!({"jsonrpc": "2.0", "id": id, "result": r}),
                         Err(e) => {
                             yield Ok::<_, Infallible>(SseEvent::default().data(rpc_error(&id, INTERNAL_ERROR, &e, Vec::new()).to_string()));
@@ -215,11 +209,11 @@ fn sse(id: Value, events: Events) -> Response {
 /// Calls one unary operation: the request from `params`, the handler, the
 /// result as JSON.
 macro_rules! unary {
-    ($api:expr, $id:expr, $params:expr, $headers:expr, $who:expr, $method:ident, $in:literal, $out:literal) => {{
-        match request(&$id, $in, $params.clone()) {
+    ($api:expr, $id:expr, $m:expr, $params:expr, $headers:expr, $who:expr, $method:ident) => {{
+        match request(&$id, $m, $params.clone()) {
             Err(e) => e,
-            Ok(m) => match <A2aApi as A2aService>::$method(&$api, grpc(m, $headers, $who)).await {
-                Ok(r) => match result($out, r.get_ref()) {
+            Ok(req) => match <A2aApi as A2aService>::$method(&$api, grpc(req, $headers, $who)).await {
+                Ok(r) => match result($m, r.get_ref()) {
                     Ok(r) => json!({"jsonrpc": "2.0", "id": $id, "result": r}),
                     Err(e) => rpc_error(&$id, INTERNAL_ERROR, &e, Vec::new()),
                 },
@@ -277,10 +271,10 @@ fn parse(body: &[u8]) -> Result<(Value, String, Value), Value> {
 
 /// Calls the unary operations by name.
 macro_rules! unary_calls {
-    ($api:ident, $id:ident, $params:ident, $h:ident, $who:ident, $method:ident;
-     $($name:literal => $fn:ident($in:literal) -> $out:literal;)*) => {
+    ($api:ident, $id:ident, $m:ident, $params:ident, $h:ident, $who:ident, $method:ident;
+     $($name:literal => $fn:ident;)*) => {
         match $method {
-            $($name => unary!($api, $id, $params, $h, $who, $fn, $in, $out),)*
+            $($name => unary!($api, $id, &$m, $params, $h, $who, $fn),)*
             other => rpc_error(
                 &$id,
                 METHOD_NOT_FOUND,
@@ -295,18 +289,17 @@ macro_rules! unary_calls {
 async fn stream_call(
     api: &A2aApi,
     id: &Value,
-    method: &str,
+    m: &MethodDescriptor,
     params: Value,
     h: &HeaderMap,
     who: &Authenticated,
 ) -> Result<Events, Value> {
-    let started = if method == "SubscribeToTask" {
-        let m =
-            request::<a2a::SubscribeToTaskRequest>(id, "lf.a2a.v1.SubscribeToTaskRequest", params)?;
-        A2aService::subscribe_to_task(api, grpc(m, h, who)).await
+    let started = if m.name() == "SubscribeToTask" {
+        let req = request::<a2a::SubscribeToTaskRequest>(id, m, params)?;
+        A2aService::subscribe_to_task(api, grpc(req, h, who)).await
     } else {
-        let m = request::<a2a::SendMessageRequest>(id, "lf.a2a.v1.SendMessageRequest", params)?;
-        A2aService::send_streaming_message(api, grpc(m, h, who)).await
+        let req = request::<a2a::SendMessageRequest>(id, m, params)?;
+        A2aService::send_streaming_message(api, grpc(req, h, who)).await
     };
     started
         .map(tonic::Response::into_inner)
@@ -346,24 +339,35 @@ pub(super) async fn jsonrpc(
         Ok(call) => call,
         Err(e) => return json_response(StatusCode::OK, &e),
     };
+    // The method, and so its request and response types, from the service
+    // itself.
+    let Some(m) = crate::connect::method_of(A2A_SERVICE, &method) else {
+        let e = rpc_error(
+            &id,
+            METHOD_NOT_FOUND,
+            &format!("Method not found: {}", cairn_core::error::Excerpt(&method)),
+            Vec::new(),
+        );
+        return json_response(StatusCode::OK, &e);
+    };
     let api = A2aApi::new(web.state.clone());
     let (h, who, method) = (&headers, &who, method.as_str());
-    if matches!(method, "SubscribeToTask" | "SendStreamingMessage") {
-        return match stream_call(&api, &id, method, params, h, who).await {
-            Ok(events) => sse(id, events),
+    if m.is_server_streaming() {
+        return match stream_call(&api, &id, &m, params, h, who).await {
+            Ok(events) => sse(id, m, events),
             Err(e) => json_response(StatusCode::OK, &e),
         };
     }
-    let reply = unary_calls! { api, id, params, h, who, method;
-        "SendMessage" => send_message("lf.a2a.v1.SendMessageRequest") -> "lf.a2a.v1.SendMessageResponse";
-        "GetTask" => get_task("lf.a2a.v1.GetTaskRequest") -> "lf.a2a.v1.Task";
-        "ListTasks" => list_tasks("lf.a2a.v1.ListTasksRequest") -> "lf.a2a.v1.ListTasksResponse";
-        "CancelTask" => cancel_task("lf.a2a.v1.CancelTaskRequest") -> "lf.a2a.v1.Task";
-        "CreateTaskPushNotificationConfig" => create_task_push_notification_config("lf.a2a.v1.TaskPushNotificationConfig") -> "lf.a2a.v1.TaskPushNotificationConfig";
-        "GetTaskPushNotificationConfig" => get_task_push_notification_config("lf.a2a.v1.GetTaskPushNotificationConfigRequest") -> "lf.a2a.v1.TaskPushNotificationConfig";
-        "ListTaskPushNotificationConfigs" => list_task_push_notification_configs("lf.a2a.v1.ListTaskPushNotificationConfigsRequest") -> "lf.a2a.v1.ListTaskPushNotificationConfigsResponse";
-        "DeleteTaskPushNotificationConfig" => delete_task_push_notification_config("lf.a2a.v1.DeleteTaskPushNotificationConfigRequest") -> "google.protobuf.Empty";
-        "GetExtendedAgentCard" => get_extended_agent_card("lf.a2a.v1.GetExtendedAgentCardRequest") -> "lf.a2a.v1.AgentCard";
+    let reply = unary_calls! { api, id, m, params, h, who, method;
+        "SendMessage" => send_message;
+        "GetTask" => get_task;
+        "ListTasks" => list_tasks;
+        "CancelTask" => cancel_task;
+        "CreateTaskPushNotificationConfig" => create_task_push_notification_config;
+        "GetTaskPushNotificationConfig" => get_task_push_notification_config;
+        "ListTaskPushNotificationConfigs" => list_task_push_notification_configs;
+        "DeleteTaskPushNotificationConfig" => delete_task_push_notification_config;
+        "GetExtendedAgentCard" => get_extended_agent_card;
     };
     json_response(StatusCode::OK, &reply)
 }
@@ -396,9 +400,10 @@ mod tests {
     #[test]
     fn params_map_by_the_proto_json_names() {
         let id = json!(1);
+        let m = crate::connect::method_of(A2A_SERVICE, "ListTasks").unwrap();
         let r: a2a::ListTasksRequest = request(
             &id,
-            "lf.a2a.v1.ListTasksRequest",
+            &m,
             json!({"pageSize": 5, "status": "TASK_STATE_WORKING"}),
         )
         .unwrap();
@@ -406,12 +411,7 @@ mod tests {
             (r.page_size, r.status),
             (Some(5), a2a::TaskState::Working as i32)
         );
-        let e = request::<a2a::ListTasksRequest>(
-            &id,
-            "lf.a2a.v1.ListTasksRequest",
-            json!({"pageSize": "many"}),
-        )
-        .unwrap_err();
+        let e = request::<a2a::ListTasksRequest>(&id, &m, json!({"pageSize": "many"})).unwrap_err();
         assert_eq!(e["error"]["code"], INVALID_PARAMS);
     }
 }

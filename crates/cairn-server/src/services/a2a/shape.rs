@@ -97,11 +97,7 @@ pub fn agent_card_json(
     let desc = crate::connect::pool()
         .and_then(|p| p.get_message_by_name("lf.a2a.v1.AgentCard"))
         .ok_or_else(|| internal(&"lf.a2a.v1.AgentCard is not in the descriptors"))?;
-    let msg = prost_reflect::DynamicMessage::decode(
-        desc,
-        prost::Message::encode_to_vec(&card).as_slice(),
-    )
-    .map_err(|e| internal(&e))?;
+    let msg = crate::connect::dynamic(desc, &card).map_err(|e| internal(&e))?;
     serde_json::to_string_pretty(&msg).map_err(|e| internal(&e))
 }
 
