@@ -5,7 +5,7 @@
 
 use cairn_api as pb;
 use cairn_api::a2a;
-use cairn_testkit::{Bearer, item, session, two_steps, update};
+use cairn_testkit::{Bearer, enter, item, session, submit, update};
 use pb::StepStatus::{Completed, InProgress, Pending};
 use tonic_types::StatusExt as _;
 
@@ -126,22 +126,8 @@ async fn sessions_are_tasks_with_the_card_the_states_and_the_errors_a2a_names() 
     assert_eq!(steps.values.len(), 4);
 
     // A plan awaiting approval: input-required.
-    plans
-        .enter_plan_mode(pb::EnterPlanModeRequest {
-            session_id: "root".into(),
-            goal: "ship".into(),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
-    plans
-        .exit_plan_mode(pb::ExitPlanModeRequest {
-            session_id: "root".into(),
-            plan: Some(two_steps("a plan")),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+    plans.enter_plan_mode(enter("root")).await.unwrap();
+    plans.exit_plan_mode(submit("root")).await.unwrap();
     let t = tasks.get_task(get("root")).await.unwrap().into_inner();
     assert_eq!(state_and_text(&t).0, a2a::TaskState::InputRequired);
     assert_eq!(t.context_id, "root");
@@ -479,22 +465,8 @@ async fn a_subscriber_follows_a_task_answers_it_and_resumes_after_a_kill() {
         );
     }
     // It asks to go on with a plan: input-required.
-    plans
-        .enter_plan_mode(pb::EnterPlanModeRequest {
-            session_id: "job".into(),
-            goal: "ship".into(),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
-    plans
-        .exit_plan_mode(pb::ExitPlanModeRequest {
-            session_id: "job".into(),
-            plan: Some(two_steps("a plan")),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+    plans.enter_plan_mode(enter("job")).await.unwrap();
+    plans.exit_plan_mode(submit("job")).await.unwrap();
     loop {
         take(
             next_event(&mut stream).await.unwrap(),

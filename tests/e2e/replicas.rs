@@ -22,7 +22,7 @@ use tonic::Code;
 use tonic::transport::Channel;
 
 use cairn_testkit::stream::{PATIENCE, history};
-use cairn_testkit::{EtcdCluster, Proc, five_steps, update};
+use cairn_testkit::{EtcdCluster, Proc, enter, five_steps, submit, update};
 
 use crate::bin;
 
@@ -1513,22 +1513,8 @@ async fn an_a2a_subscriber_resumes_on_the_other_replica() {
         .into_inner();
     let mut seen = Vec::new();
     let mut token = String::new();
-    plans_a
-        .enter_plan_mode(pb::EnterPlanModeRequest {
-            session_id: "job".into(),
-            goal: "ship".into(),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
-    plans_a
-        .exit_plan_mode(pb::ExitPlanModeRequest {
-            session_id: "job".into(),
-            plan: Some(cairn_testkit::two_steps("a plan")),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+    plans_a.enter_plan_mode(enter("job")).await.unwrap();
+    plans_a.exit_plan_mode(submit("job")).await.unwrap();
     while seen.last().is_none_or(|s| s != "TASK_STATE_INPUT_REQUIRED") {
         let (what, t) = told(&next_event(&mut stream).await.unwrap());
         seen.push(what);

@@ -57,6 +57,24 @@ pub fn todo(id: &str, status: pb::TodoStatus) -> pb::TodoItem {
 
 /// A two-step implementation plan for `ExitPlanMode`: step 2 depends on
 /// step 1.
+/// `EnterPlanMode` on `session`, with a goal.
+pub fn enter(session: &str) -> pb::EnterPlanModeRequest {
+    pb::EnterPlanModeRequest {
+        session_id: session.into(),
+        goal: "ship".into(),
+        ..Default::default()
+    }
+}
+
+/// `ExitPlanMode` on `session`: [`two_steps`] submitted for approval.
+pub fn submit(session: &str) -> pb::ExitPlanModeRequest {
+    pb::ExitPlanModeRequest {
+        session_id: session.into(),
+        plan: Some(two_steps("a plan")),
+        ..Default::default()
+    }
+}
+
 pub fn two_steps(summary: &str) -> pb::ImplementationPlan {
     pb::ImplementationPlan {
         summary: summary.into(),
