@@ -24,6 +24,8 @@ from conftest import BINARY, _free_port
 a2a_client = pytest.importorskip("a2a.client", reason="a2a-sdk[grpc] is installed by .ci/run")
 from a2a.types import a2a_pb2 as a2a  # noqa: E402
 
+from cairn.v1 import auth_pb2 as auth  # noqa: E402
+from cairn.v1 import auth_pb2_grpc  # noqa: E402
 from cairn.v1 import plan_pb2 as plan  # noqa: E402
 from cairn.v1 import plan_pb2_grpc  # noqa: E402
 from cairn.v1 import session_pb2 as session  # noqa: E402
@@ -147,6 +149,22 @@ def test_the_sdk_resolves_the_card_and_follows_a_sub_agent_s_task():
         asyncio.run(follow())
 
 
+def _principal(ch, pid, role):
+    """A principal for the agent id `coder`, made by the admin: its token."""
+
+    return auth_pb2_grpc.AuthServiceStub(ch).CreatePrincipal(auth.CreatePrincipalRequest(
+        principal=auth.Principal(principal_id=pid, roles=[role], agent_ids=["coder"])), metadata=META).token
+
+
+def _sub_agent(ch):
+    """The agent `coder` with its session `sub`: the metadata it calls with."""
+
+    coder = (("authorization", f"Bearer {_principal(ch, 'coder', auth.ROLE_AGENT)}"),)
+    session_pb2_grpc.SessionServiceStub(ch).CreateSession(session.CreateSessionRequest(
+        session=session.Session(session_id="sub", agent_id="coder")), metadata=META)
+    return coder
+
+
 def _told(event):
     """What a stream event tells, and its resume token."""
     kind = event.WhichOneof("payload")
@@ -162,20 +180,10 @@ def _told(event):
 
 @pytest.mark.parametrize("binding", ["GRPC", "JSONRPC"])
 def test_the_sdk_subscribes_answers_the_approval_and_resumes(binding):
-    from cairn.v1 import auth_pb2 as auth
-    from cairn.v1 import auth_pb2_grpc
 
     with _serve() as (ch, port, web):
-        admins = auth_pb2_grpc.AuthServiceStub(ch)
-
-        def principal(pid, role):
-            return admins.CreatePrincipal(auth.CreatePrincipalRequest(principal=auth.Principal(
-                principal_id=pid, roles=[role], agent_ids=["coder"])), metadata=META).token
-
-        coder = (("authorization", f"Bearer {principal('coder', auth.ROLE_AGENT)}"),)
-        boss = principal("boss", auth.ROLE_APPROVER)
-        session_pb2_grpc.SessionServiceStub(ch).CreateSession(session.CreateSessionRequest(
-            session=session.Session(session_id="sub", agent_id="coder")), metadata=META)
+        coder = _sub_agent(ch)
+        boss = _principal(ch, "boss", auth.ROLE_APPROVER)
         plans = plan_pb2_grpc.PlanServiceStub(ch)
 
         async def follow():
@@ -271,18 +279,12 @@ class _Receiver(http.server.BaseHTTPRequestHandler):
 
 
 def test_push_notification_configs_deliver_each_state_change_through_the_webhook_outbox():
-    from cairn.v1 import auth_pb2 as auth
-    from cairn.v1 import auth_pb2_grpc
 
     receiver = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Receiver)
     threading.Thread(target=receiver.serve_forever, daemon=True).start()
     hook = f"http://127.0.0.1:{receiver.server_address[1]}/a2a-push"
     with _serve("--webhook-allow-http") as (ch, port, web):
-        coder = (("authorization", "Bearer " + auth_pb2_grpc.AuthServiceStub(ch).CreatePrincipal(
-            auth.CreatePrincipalRequest(principal=auth.Principal(
-                principal_id="coder", roles=[auth.ROLE_AGENT], agent_ids=["coder"])), metadata=META).token),)
-        session_pb2_grpc.SessionServiceStub(ch).CreateSession(session.CreateSessionRequest(
-            session=session.Session(session_id="sub", agent_id="coder")), metadata=META)
+        coder = _sub_agent(ch)
         plans = plan_pb2_grpc.PlanServiceStub(ch)
 
         async def push():
@@ -350,8 +352,6 @@ def test_push_notification_configs_deliver_each_state_change_through_the_webhook
 def test_a_push_config_tells_each_change_once_across_a_killed_server():
     """At least once, and no change told twice: the config's cursor keeps
     the state it last told, so a restarted server goes on from it."""
-    from cairn.v1 import auth_pb2 as auth
-    from cairn.v1 import auth_pb2_grpc
 
     got = []
 
@@ -383,11 +383,7 @@ def test_a_push_config_tells_each_change_once_across_a_killed_server():
     ports = (_free_port(), _free_port())
     with _serve("--webhook-allow-http", ports=ports) as (ch, port, web):
         server, data = _serve.last
-        coder = (("authorization", "Bearer " + auth_pb2_grpc.AuthServiceStub(ch).CreatePrincipal(
-            auth.CreatePrincipalRequest(principal=auth.Principal(
-                principal_id="coder", roles=[auth.ROLE_AGENT], agent_ids=["coder"])), metadata=META).token),)
-        session_pb2_grpc.SessionServiceStub(ch).CreateSession(session.CreateSessionRequest(
-            session=session.Session(session_id="sub", agent_id="coder")), metadata=META)
+        coder = _sub_agent(ch)
 
         async def configure():
             client = _client(await _card(web))
